@@ -1,0 +1,90 @@
+"""Typed errors. Every error the library raises on bad input derives from
+:class:`ShardstreamError` and also from the builtin exception a caller would
+naturally catch (``ValueError``, ``FileNotFoundError``, ``IndexError`` ...).
+
+Messages say what was received, what was expected, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class ShardstreamError(Exception):
+    """Base class of every error raised by shardstream."""
+
+
+class InvalidArgumentError(ShardstreamError, ValueError):
+    """An argument has a wrong value or type."""
+
+
+class MissingDependencyError(ShardstreamError, ImportError):
+    """An optional dependency is needed; the message names the extra to install."""
+
+
+class IndexNotFoundError(ShardstreamError, FileNotFoundError):
+    """The dataset directory has no ``index.json``."""
+
+
+class CorruptIndexError(ShardstreamError, ValueError):
+    """``index.json`` is not valid JSON or does not describe an MDS dataset."""
+
+
+class UnsupportedFormatError(ShardstreamError, ValueError):
+    """A version, format, encoding, compression or hash that this library does not know."""
+
+
+class UnsafePathError(ShardstreamError, ValueError):
+    """A shard basename would resolve outside the dataset directory."""
+
+
+class ShardNotFoundError(ShardstreamError, FileNotFoundError):
+    """A shard listed in the index is missing on disk."""
+
+
+class CorruptShardError(ShardstreamError, ValueError):
+    """A shard's bytes do not match its index entry or its own header."""
+
+
+class HashMismatchError(CorruptShardError):
+    """A shard's digest differs from the one recorded in the index."""
+
+
+class UnsafeEncodingError(ShardstreamError, ValueError):
+    """A column uses an encoding that can execute code on read (``pkl``)."""
+
+
+class EncodeError(ShardstreamError, TypeError):
+    """A value given to the writer does not fit its column's encoding."""
+
+
+class SampleIndexError(ShardstreamError, IndexError):
+    """A sample index is out of range."""
+
+
+class WriterError(ShardstreamError, RuntimeError):
+    """The writer cannot continue (closed, failed upload, output directory in use)."""
+
+
+class OutputExistsError(WriterError, FileExistsError):
+    """The writer's output directory already holds files."""
+
+
+class UploadError(WriterError, OSError):
+    """Uploading a written file to its remote location failed."""
+
+
+class NotYetSupportedError(ShardstreamError, NotImplementedError):
+    """An option that is accepted for compatibility but not implemented in this version."""
+
+
+def require(module: str, extra: str, feature: str):
+    """Import an optional dependency or raise :class:`MissingDependencyError`
+    naming the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(
+            f"{feature} needs the optional package {module!r}, which is not installed; "
+            f"install it with: pip install 'shardstream[{extra}]'"
+        ) from exc

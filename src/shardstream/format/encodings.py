@@ -1,0 +1,493 @@
+"""Column encodings of the MDS format, byte-compatible with mosaicml-streaming.
+
+Each encoding turns one column value into bytes and back. ``size`` is the fixed
+encoded size in bytes, or ``None`` for variable-size columns (whose lengths are
+stored in each sample's header). Decoders take a ``memoryview`` (usually a slice of
+a memory-mapped shard) and avoid copies where they can: ``ndarray`` columns come
+back as read-only views into the shard when the bytes are suitably aligned.
+
+Encodings are looked up by name (``get_encoding('ndarray:int32:4,4')``); image
+encodings import Pillow on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from io import BytesIO
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import CorruptShardError, EncodeError, UnsupportedFormatError, require
+
+
+class Encoding:
+    """Base class: ``encode(value) -> bytes`` and ``decode(memoryview) -> value``."""
+
+    name: str = ""
+    size: Optional[int] = None  # fixed encoded size in bytes, None if variable
+    safe: bool = True  # False: decoding may run arbitrary code (pickle)
+    np_dtype: Optional[np.dtype] = None  # numeric columns: dtype of the decoded values
+    shape: Optional[tuple] = None  # numeric columns with a fixed shape (() for scalars)
+
+    def encode(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def decode(self, data: memoryview) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<encoding {self.name}>"
+
+
+def _type_error(enc: Encoding, value: Any, expected: str) -> EncodeError:
+    return EncodeError(f"encoding {enc.name!r} expects {expected}, got {type(value).__name__}: {value!r:.80}")
+
+
+class Bytes(Encoding):
+    name = "bytes"
+
+    def encode(self, value):
+        if isinstance(value, (bytearray, memoryview)):
+            return bytes(value)
+        if not isinstance(value, bytes):
+            raise _type_error(self, value, "bytes")
+        return value
+
+    def decode(self, data):
+        return bytes(data)
+
+
+class Str(Encoding):
+    name = "str"
+
+    def encode(self, value):
+        if not isinstance(value, str):
+            raise _type_error(self, value, "str")
+        return value.encode("utf-8")
+
+    def decode(self, data):
+        try:
+            return str(data, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptShardError(f"str column holds invalid UTF-8 ({exc})") from None
+
+
+_INT64 = struct.Struct("<q")
+
+
+class Int(Encoding):
+    """Python int stored as little-endian int64; decodes to ``int``."""
+
+    name = "int"
+    size = 8
+    np_dtype = np.dtype("<i8")
+    shape = ()
+
+    def encode(self, value):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise _type_error(self, value, "int")
+        try:
+            return _INT64.pack(int(value))
+        except struct.error:
+            raise EncodeError(f"encoding 'int' holds int64; {value} is out of range") from None
+
+    def decode(self, data):
+        return int.from_bytes(data, "little", signed=True)
+
+
+class Scalar(Encoding):
+    """Fixed-width numpy scalar; decodes to a numpy scalar (as mosaicml-streaming does)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.np_dtype = np.dtype(name).newbyteorder("<")
+        self.size = self.np_dtype.itemsize
+        self.shape = ()
+        self._type = np.dtype(name).type
+        self._struct = struct.Struct("<" + self.np_dtype.char)
+        self._is_float = self.np_dtype.kind == "f"
+
+    def encode(self, value):
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not ok:
+            raise _type_error(self, value, "a number")
+        if not self._is_float and isinstance(value, (float, np.floating)):
+            raise _type_error(self, value, "an integer")
+        try:
+            with np.errstate(over="raise"):
+                return self._type(value).astype(self.np_dtype).tobytes()
+        except (OverflowError, FloatingPointError, ValueError) as exc:
+            raise EncodeError(f"encoding {self.name!r}: {value!r} does not fit ({exc})") from None
+
+    def decode(self, data):
+        return self._type(self._struct.unpack(data)[0])
+
+
+class StrInt(Encoding):
+    name = "str_int"
+
+    def encode(self, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(self, value, "int")
+        return str(value).encode("utf-8")
+
+    def decode(self, data):
+        try:
+            return int(str(data, "utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptShardError(f"str_int column holds {bytes(data)[:40]!r}, not an integer") from None
+
+
+class StrFloat(Encoding):
+    name = "str_float"
+
+    def encode(self, value):
+        if not isinstance(value, float):
+            raise _type_error(self, value, "float")
+        return str(value).encode("utf-8")
+
+    def decode(self, data):
+        try:
+            return float(str(data, "utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptShardError(f"str_float column holds {bytes(data)[:40]!r}, not a float") from None
+
+
+class StrDecimal(Encoding):
+    name = "str_decimal"
+
+    def encode(self, value):
+        if not isinstance(value, Decimal):
+            raise _type_error(self, value, "decimal.Decimal")
+        return str(value).encode("utf-8")
+
+    def decode(self, data):
+        try:
+            return Decimal(str(data, "utf-8"))
+        except (InvalidOperation, UnicodeDecodeError):
+            raise CorruptShardError(f"str_decimal column holds {bytes(data)[:40]!r}, not a decimal") from None
+
+
+class Pickle(Encoding):
+    name = "pkl"
+    safe = False
+
+    def encode(self, value):
+        return pickle.dumps(value)
+
+    def decode(self, data):
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise CorruptShardError(f"pkl column could not be unpickled ({type(exc).__name__}: {exc})") from None
+
+
+class JSON(Encoding):
+    name = "json"
+
+    def encode(self, value):
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        try:
+            return json.dumps(value).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise EncodeError(f"encoding 'json': value is not JSON-serialisable ({exc})") from None
+
+    def decode(self, data):
+        try:
+            return json.loads(str(data, "utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptShardError(f"json column holds invalid JSON ({exc})") from None
+
+
+# ndarray: dtype codes and shape packing as in mosaicml-streaming.
+_CODE_TO_DTYPE = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
+                  33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+_DTYPE_TO_CODE = {v: k for k, v in _CODE_TO_DTYPE.items()}
+_SHAPE_DTYPES = ("<u1", "<u2", "<u4", "<u8")
+
+
+class NDArray(Encoding):
+    """``ndarray``, ``ndarray:<dtype>`` or ``ndarray:<dtype>:<d0>,<d1>,...``.
+
+    Untyped arrays store a dtype code byte; arrays without a fixed shape store a byte
+    ``ndim << 2 | shape_width_code`` followed by the shape at that width. The payload
+    is the array's C-order bytes.
+    """
+
+    def __init__(self, dtype: Optional[str] = None, shape: Optional[tuple] = None) -> None:
+        if dtype is not None and dtype not in _DTYPE_TO_CODE:
+            raise UnsupportedFormatError(
+                f"ndarray dtype {dtype!r} is not supported; use one of {', '.join(_DTYPE_TO_CODE)}"
+            )
+        if shape is not None and (not shape or any(d < 1 for d in shape)):
+            raise UnsupportedFormatError(f"ndarray shape {shape} must have dimensions >= 1")
+        if shape is not None and dtype is None:
+            raise UnsupportedFormatError("ndarray with a fixed shape needs a dtype: 'ndarray:<dtype>:<shape>'")
+        self.dtype = dtype
+        self.np_dtype = np.dtype(dtype).newbyteorder("<") if dtype else None
+        self.shape = tuple(shape) if shape is not None else None
+        parts = ["ndarray"] + ([dtype] if dtype else []) + ([",".join(map(str, shape))] if shape else [])
+        self.name = ":".join(parts)
+        self.size = int(np.prod(self.shape)) * self.np_dtype.itemsize if self.shape else None
+
+    @classmethod
+    def from_config(cls, text: str) -> "NDArray":
+        args = text.split(":") if text else []
+        if len(args) > 2:
+            raise UnsupportedFormatError(f"ndarray encoding 'ndarray:{text}' has too many parts")
+        dtype = args[0] if args else None
+        shape = None
+        if len(args) == 2:
+            try:
+                shape = tuple(int(x) for x in args[1].split(","))
+            except ValueError:
+                raise UnsupportedFormatError(f"ndarray shape {args[1]!r} is not comma-separated ints") from None
+        return cls(dtype, shape)
+
+    def encode(self, value):
+        if not isinstance(value, np.ndarray):
+            if self.dtype is None or isinstance(value, (str, bytes)):
+                raise _type_error(self, value, "numpy.ndarray")
+            value = np.asarray(value, dtype=self.np_dtype)
+        name = value.dtype.name
+        code = _DTYPE_TO_CODE.get(name)
+        if code is None:
+            raise EncodeError(f"encoding {self.name!r}: dtype {name} is not supported; "
+                              f"convert to one of {', '.join(_DTYPE_TO_CODE)}")
+        if value.size == 0:
+            raise EncodeError(f"encoding {self.name!r}: arrays with 0 elements cannot be stored")
+        parts = []
+        if self.dtype is None:
+            parts.append(bytes((code,)))
+        elif name != self.dtype:
+            raise EncodeError(f"encoding {self.name!r}: expected dtype {self.dtype}, got {name}")
+        if self.shape is None:
+            ndim = value.ndim
+            if ndim == 0:
+                raise EncodeError(f"encoding {self.name!r}: got a 0-d array; use a scalar encoding")
+            if ndim >= 64:
+                raise EncodeError(f"encoding {self.name!r}: at most 63 axes, got {ndim}")
+            width = _shape_width(max(value.shape))
+            parts.append(bytes(((ndim << 2) | width,)))
+            parts.append(np.asarray(value.shape, _SHAPE_DTYPES[width]).tobytes())
+        elif value.shape != self.shape:
+            raise EncodeError(f"encoding {self.name!r}: expected shape {self.shape}, got {value.shape}")
+        if value.dtype.byteorder == ">":
+            value = value.astype(value.dtype.newbyteorder("<"))
+        parts.append(value.tobytes())
+        return b"".join(parts)
+
+    def decode(self, data):
+        n = len(data)
+        pos = 0
+        try:
+            if self.dtype is None:
+                dtype = np.dtype(_CODE_TO_DTYPE[data[0]]).newbyteorder("<")
+                pos = 1
+            else:
+                dtype = self.np_dtype
+            if self.shape is None:
+                byte = data[pos]
+                ndim, width = byte >> 2, byte & 3
+                sdt = np.dtype(_SHAPE_DTYPES[width])
+                end = pos + 1 + ndim * sdt.itemsize
+                if ndim == 0 or end > n:
+                    raise ValueError("bad shape header")
+                shape = tuple(np.frombuffer(data, sdt, ndim, pos + 1).tolist())
+                pos = end
+            else:
+                shape = self.shape
+        except (KeyError, IndexError, ValueError):
+            raise CorruptShardError(f"{self.name} column has a damaged header") from None
+        count = 1
+        for d in shape:
+            count *= d
+        if count * dtype.itemsize != n - pos:
+            raise CorruptShardError(
+                f"{self.name} column: shape {shape} of {dtype.name} needs {count * dtype.itemsize} bytes, "
+                f"found {n - pos}"
+            )
+        arr = np.frombuffer(data, dtype, count, pos)
+        if not arr.flags.aligned:
+            arr = arr.copy()
+        return arr.reshape(shape)
+
+
+def _shape_width(largest: int) -> int:
+    if largest < 1 << 8:
+        return 0
+    if largest < 1 << 16:
+        return 1
+    if largest < 1 << 32:
+        return 2
+    return 3
+
+
+def _pil():
+    return require("PIL.Image", "images", "image encodings (pil, jpeg, png)")
+
+
+class PILRaw(Encoding):
+    """Raw pixels: uint32 width, height, len(mode), then mode and pixel bytes."""
+
+    name = "pil"
+
+    def encode(self, value):
+        image = _pil()
+        if not isinstance(value, image.Image):
+            raise _type_error(self, value, "PIL.Image.Image")
+        mode = value.mode.encode("utf-8")
+        width, height = value.size
+        return struct.pack("<III", width, height, len(mode)) + mode + value.tobytes()
+
+    def decode(self, data):
+        image = _pil()
+        try:
+            width, height, mode_size = struct.unpack_from("<III", data)
+            mode = str(data[12:12 + mode_size], "utf-8")
+            return image.frombytes(mode, (width, height), bytes(data[12 + mode_size:]))
+        except Exception as exc:
+            raise CorruptShardError(f"pil column could not be decoded ({exc})") from None
+
+
+class _Compressed(Encoding):
+    format = ""
+
+    def encode(self, value):
+        image = _pil()
+        if not isinstance(value, image.Image):
+            raise _type_error(self, value, "PIL.Image.Image")
+        return self._encode_image(value)
+
+    def _encode_image(self, value) -> bytes:
+        out = BytesIO()
+        value.save(out, format=self.format)
+        return out.getvalue()
+
+    def decode(self, data):
+        image = _pil()
+        try:
+            img = image.open(BytesIO(bytes(data)))
+        except Exception as exc:
+            raise CorruptShardError(f"{self.name} column is not a readable {self.format} image ({exc})") from None
+        return img
+
+
+class JPEG(_Compressed):
+    name = "jpeg"
+    format = "JPEG"
+
+    def _encode_image(self, value) -> bytes:
+        # An image opened from a JPEG file is stored as the file's own bytes (no re-encoding).
+        filename = getattr(value, "filename", None)
+        if getattr(value, "format", None) == "JPEG" and filename:
+            try:
+                with open(filename, "rb") as f:
+                    return f.read()
+            except OSError:
+                pass
+        return super()._encode_image(value)
+
+
+class PNG(_Compressed):
+    name = "png"
+    format = "PNG"
+
+
+_U32 = struct.Struct("<I")
+
+
+def _pack_list(items: list) -> bytes:
+    sizes = np.asarray([len(b) for b in items], "<u4").tobytes()
+    return b"".join([_U32.pack(0), _U32.pack(len(items)), sizes, *items])
+
+
+def _unpack_list(data: memoryview, first: int, what: str) -> list:
+    """Split ``[u32 count][u32 sizes...][payloads]`` starting at byte ``first``."""
+    n = len(data)
+    try:
+        (count,) = _U32.unpack_from(data, first)
+        head = first + 4 + 4 * count
+        if head > n:
+            raise ValueError
+        sizes = np.frombuffer(data, "<u4", count, first + 4).tolist()
+    except (struct.error, ValueError):
+        raise CorruptShardError(f"{what} column has a damaged element table") from None
+    if head + sum(sizes) != n:
+        raise CorruptShardError(f"{what} column: element sizes add to {sum(sizes)}, payload is {n - head} bytes")
+    out, pos = [], head
+    for size in sizes:
+        out.append(data[pos:pos + size])
+        pos += size
+    return out
+
+
+class ImageList(Encoding):
+    """``list[pil]``, ``list[jpeg]``, ``list[png]``: u32 placeholder, u32 count, u32 sizes, payloads."""
+
+    def __init__(self, inner: Encoding) -> None:
+        self.inner = inner
+        self.name = f"list[{inner.name}]"
+
+    def encode(self, value):
+        if not isinstance(value, list):
+            raise _type_error(self, value, "a list of PIL images")
+        return _pack_list([self.inner.encode(v) for v in value])
+
+    def decode(self, data):
+        return [self.inner.decode(part) for part in _unpack_list(data, 4, self.name)]
+
+
+class JPEGArray(Encoding):
+    """``jpeg_array``: u32 count, u32 sizes, JPEG payloads; decodes to a list of images.
+
+    Elements may be JPEG bytes (stored as they are) or PIL images (encoded as JPEG)."""
+
+    name = "jpeg_array"
+
+    def encode(self, value):
+        if not isinstance(value, (list, tuple)):
+            raise _type_error(self, value, "a list of JPEG bytes or PIL images")
+        parts = [bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else JPEG().encode(v) for v in value]
+        return b"".join([_U32.pack(len(parts)), np.asarray([len(p) for p in parts], "<u4").tobytes(), *parts])
+
+    def decode(self, data):
+        return [JPEG().decode(part) for part in _unpack_list(data, 0, self.name)]
+
+
+_SCALARS = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+            "float16", "float32", "float64")
+_SIMPLE = {"bytes": Bytes, "str": Str, "int": Int, "str_int": StrInt, "str_float": StrFloat,
+           "str_decimal": StrDecimal, "pkl": Pickle, "json": JSON, "pil": PILRaw, "jpeg": JPEG,
+           "png": PNG, "jpeg_array": JPEGArray, "jpegarray": JPEGArray}
+
+
+@lru_cache(maxsize=None)
+def get_encoding(name: str) -> Encoding:
+    """The encoding for a column type name; raises :class:`UnsupportedFormatError`."""
+    if not isinstance(name, str):
+        raise UnsupportedFormatError(f"column encoding must be a string, got {name!r}")
+    if name in _SIMPLE:
+        enc = _SIMPLE[name]()
+        enc.name = name
+        return enc
+    if name in _SCALARS:
+        return Scalar(name)
+    if name.startswith("list[") and name.endswith("]") and name[5:-1] in ("pil", "jpeg", "png"):
+        return ImageList(get_encoding(name[5:-1]))
+    if name == "ndarray" or name.startswith("ndarray:"):
+        return NDArray.from_config(name[8:])
+    raise UnsupportedFormatError(
+        f"unknown column encoding {name!r}; known: {', '.join(encoding_names())}, "
+        f"'ndarray:<dtype>' and 'ndarray:<dtype>:<shape>'"
+    )
+
+
+def encoding_names() -> list[str]:
+    return sorted(set(_SIMPLE) | set(_SCALARS) | {"ndarray", "list[pil]", "list[jpeg]", "list[png]"})

@@ -1,0 +1,186 @@
+"""Reading MDS shards from memory maps.
+
+A :class:`ShardReader` checks a shard's header against its index entry once, when
+it is opened (sample count, monotonic in-range offsets, config), so that decoding a
+sample afterwards needs no further checks beyond its own size header. Shards stay
+mapped while the reader lives: no open/seek/read per sample.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from typing import Any, Iterator, Optional, Union
+
+import numpy as np
+
+from ..errors import CorruptShardError, HashMismatchError, SampleIndexError, ShardNotFoundError
+from .atomic import atomic_write
+from .compression import decompress
+from .hashing import digest
+from .index import ShardInfo, shard_path
+
+_PAIR = struct.Struct("<II")
+_U32 = struct.Struct("<I")
+Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
+
+
+class ShardReader:
+    """Random access to the samples of one uncompressed MDS shard held in ``buf``."""
+
+    def __init__(self, info: ShardInfo, buf: Buffer, name: Optional[str] = None) -> None:
+        self.info = info
+        self.name = name or info.raw_data.basename
+        self.buf = buf
+        self.mv = memoryview(buf)
+        self.samples = info.samples
+        self._check_header()
+        coders = info.encodings
+        self.column_names = info.column_names
+        self._cols = [(n, c.decode, s) for n, c, s in zip(info.column_names, coders, info.column_sizes)]
+        self._n_var = sum(1 for s in info.column_sizes if s is None)
+        self._head = struct.Struct(f"<{self._n_var}I")
+        self._head_size = 4 * self._n_var
+
+    def _corrupt(self, what: str) -> CorruptShardError:
+        return CorruptShardError(
+            f"shard {self.name!r}: {what}; the file is damaged or does not belong to this index. "
+            "Delete it and write or download it again"
+        )
+
+    def _check_header(self) -> None:
+        size = len(self.mv)
+        expected = self.info.raw_data.bytes
+        if size != expected:
+            raise self._corrupt(f"it is {size} bytes but the index says {expected} (truncated?)")
+        n = self.samples
+        if size < 4 or _U32.unpack_from(self.mv, 0)[0] != n:
+            found = _U32.unpack_from(self.mv, 0)[0] if size >= 4 else None
+            raise self._corrupt(f"its header counts {found} samples but the index says {n}")
+        table_end = 4 + 4 * (n + 1)
+        if table_end > size:
+            raise self._corrupt(f"its offset table ({table_end} bytes) runs past the end of the file ({size})")
+        offsets = np.frombuffer(self.mv, "<u4", n + 1, 4).astype(np.int64)
+        if offsets[0] < table_end or offsets[-1] != size or (n and np.any(np.diff(offsets) < 0)):
+            raise self._corrupt("its sample offsets are out of range or not increasing")
+        try:
+            config = json.loads(bytes(self.mv[table_end:offsets[0]]))
+        except (ValueError, UnicodeDecodeError):
+            raise self._corrupt("its embedded config is not valid JSON") from None
+        if not isinstance(config, dict) or (
+            config.get("column_names") != list(self.info.column_names)
+            or config.get("column_encodings") != list(self.info.column_encodings)
+        ):
+            raise self._corrupt("its columns differ from the index entry")
+        self.offsets = offsets
+
+    # -- access ---------------------------------------------------------------------
+    def sample_bytes(self, i: int) -> memoryview:
+        if not 0 <= i < self.samples:
+            raise SampleIndexError(f"sample {i} is out of range for shard {self.name!r} ({self.samples} samples)")
+        begin, end = _PAIR.unpack_from(self.mv, 4 + 4 * i)
+        return self.mv[begin:end]
+
+    def decode(self, data: memoryview) -> dict[str, Any]:
+        """Decode one sample's bytes into a dict of column values."""
+        hs = self._head_size
+        if len(data) < hs:
+            raise self._corrupt(f"a sample of {len(data)} bytes is shorter than its size header")
+        sizes = iter(self._head.unpack_from(data, 0))
+        pos = hs
+        out = {}
+        for name, dec, fixed in self._cols:
+            end = pos + (fixed if fixed is not None else next(sizes))
+            out[name] = dec(data[pos:end])
+            pos = end
+        if pos != len(data):
+            raise self._corrupt(f"a sample's column sizes add to {pos} bytes, the sample is {len(data)}")
+        return out
+
+    def get(self, i: int) -> dict[str, Any]:
+        return self.decode(self.sample_bytes(i))
+
+    def iter_range(self, start: int = 0, stop: Optional[int] = None) -> Iterator[dict[str, Any]]:
+        stop = self.samples if stop is None else stop
+        offs = self.offsets[start:stop + 1].tolist()
+        mv, decode = self.mv, self.decode
+        for begin, end in zip(offs, offs[1:]):
+            yield decode(mv[begin:end])
+
+    def __len__(self) -> int:
+        return self.samples
+
+
+def _map(path: str) -> Buffer:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _check_digests(info_hashes: dict, data: Buffer, name: str, algos) -> None:
+    for algo in algos:
+        want = info_hashes.get(algo)
+        if want is None:
+            raise HashMismatchError(
+                f"shard {name!r}: validate_hash={algo!r} but the index records no {algo} digest "
+                f"(it has {sorted(info_hashes) or 'none'}); choose one of those or rewrite with hashes=[{algo!r}]"
+            )
+        got = digest(algo, data)
+        if got != want:
+            raise HashMismatchError(
+                f"shard {name!r}: {algo} digest is {got}, the index says {want}; the file is damaged, "
+                "delete it and write or download it again"
+            )
+
+
+def open_shard(
+    dirname: str,
+    info: ShardInfo,
+    validate_hash: Optional[str] = None,
+    keep_zip: bool = True,
+) -> ShardReader:
+    """Open a shard of the dataset in ``dirname``; decompress it first if only the
+    compressed file is present (to a file beside it when the directory is writable,
+    else in memory)."""
+    algos = [validate_hash] if validate_hash else []
+    raw_path = shard_path(dirname, info.raw_data.basename)
+    if os.path.exists(raw_path) or info.zip_data is None:
+        try:
+            buf = _map(raw_path)
+        except FileNotFoundError:
+            raise ShardNotFoundError(
+                f"shard {info.raw_data.basename!r} listed in the index is missing from {dirname!r}"
+            ) from None
+        if algos:
+            _check_digests(info.raw_data.hashes, buf, info.raw_data.basename, algos)
+        return ShardReader(info, buf)
+    zip_path = shard_path(dirname, info.zip_data.basename)
+    try:
+        zbuf = _map(zip_path)
+    except FileNotFoundError:
+        raise ShardNotFoundError(
+            f"shard {info.zip_data.basename!r} listed in the index is missing from {dirname!r}"
+        ) from None
+    if len(zbuf) != info.zip_data.bytes:
+        raise CorruptShardError(
+            f"shard {info.zip_data.basename!r} is {len(zbuf)} bytes but the index says "
+            f"{info.zip_data.bytes} (truncated?); delete it and write or download it again"
+        )
+    _check_digests(info.zip_data.hashes, zbuf, info.zip_data.basename, algos)
+    raw = decompress(info.compression, zbuf, info.raw_data.bytes, info.zip_data.basename)
+    if isinstance(zbuf, mmap.mmap):
+        zbuf.close()
+    reader = ShardReader(info, raw)  # validates before anything is written to disk
+    try:
+        atomic_write(raw_path, raw, fsync=False)
+    except OSError:
+        return reader  # read-only dataset directory: serve from memory
+    if not keep_zip:
+        try:
+            os.unlink(zip_path)
+        except OSError:
+            pass
+    return ShardReader(info, _map(raw_path))

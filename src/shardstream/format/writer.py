@@ -1,0 +1,278 @@
+"""Writing MDS shards to a local directory.
+
+Shard layout (little-endian, as in mosaicml-streaming)::
+
+    uint32 num_samples
+    uint32 offsets[num_samples + 1]   absolute byte offsets of each sample, then the end
+    config JSON                       the shard's column/compression settings
+    samples                           each: uint32 sizes of variable-size columns, then
+                                      the column payloads, columns in sorted-name order
+
+Shards are named ``shard.NNNNN.mds`` (plus ``.<compression>``). Every file is
+written under a hidden temp name and renamed into place; ``index.json`` is written
+last, atomically, so a writer killed at any point never leaves an index that claims
+shards which are not there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..errors import EncodeError, InvalidArgumentError, OutputExistsError, WriterError
+from ..units import parse_bytes
+from .atomic import TMP_PREFIX, atomic_write
+from .compression import compress, compression_extension, parse_compression
+from .encodings import get_encoding
+from .hashing import check_hash, digest
+from .index import INDEX_BASENAME, FileInfo, ShardInfo, write_index_atomic
+
+MAX_SHARD_BYTES = (1 << 32) - 1  # offsets are uint32
+DEFAULT_SIZE_LIMIT = 1 << 26
+
+
+class ShardWriter:
+    """Write samples (dicts) into MDS shards in a local directory.
+
+    ``on_file(path, basename)`` is called after each file (shards, then the index)
+    is complete in place; remote writers use it to upload.
+    """
+
+    format = "mds"
+
+    def __init__(
+        self,
+        *,
+        columns: dict[str, str],
+        local: str,
+        compression: Optional[str] = None,
+        hashes: Optional[list[str]] = None,
+        size_limit: Optional[int | str] = DEFAULT_SIZE_LIMIT,
+        exist_ok: bool = False,
+        max_workers: Optional[int] = None,
+        on_file: Optional[Callable[[str, str], None]] = None,
+    ) -> None:
+        if not isinstance(columns, dict) or not columns:
+            raise InvalidArgumentError(f"columns must be a non-empty dict of name -> encoding, got {columns!r}")
+        self.compression = compression or None
+        if self.compression:
+            parse_compression(self.compression)
+        self.hashes = list(hashes or [])
+        if self.hashes != sorted(set(self.hashes)):
+            raise InvalidArgumentError(f"hashes={self.hashes} must be unique and sorted, e.g. {sorted(set(self.hashes))}")
+        for algo in self.hashes:
+            check_hash(algo)
+        limit = parse_bytes(size_limit, "size_limit") if size_limit else None
+        if limit is not None and not 0 < limit <= MAX_SHARD_BYTES:
+            raise InvalidArgumentError(
+                f"size_limit={size_limit!r} must be between 1 byte and 4 GiB - 1 "
+                f"(shard offsets are uint32); the default is {DEFAULT_SIZE_LIMIT} (64 MiB)"
+            )
+        self.size_limit = limit
+        self.column_names = sorted(columns)
+        self.column_encodings = [columns[n] for n in self.column_names]
+        self._coders = [get_encoding(e) for e in self.column_encodings]
+        for name, enc in zip(self.column_names, self.column_encodings):
+            if not isinstance(name, str):
+                raise InvalidArgumentError(f"column names must be strings, got {name!r}")
+        self.column_sizes = [c.size for c in self._coders]
+        self._cols = list(zip(self.column_names, self._coders, self.column_sizes))
+        self._n_var = sum(1 for s in self.column_sizes if s is None)
+        self._head = struct.Struct(f"<{self._n_var}I")
+        self.config_data = json.dumps(self._config(), sort_keys=True).encode("utf-8")
+        self._extra_per_shard = 8 + len(self.config_data)
+
+        self.local = os.path.abspath(os.path.expanduser(local))
+        self._prepare_dir(exist_ok)
+        self._on_file = on_file
+        self._pool = ThreadPoolExecutor(max_workers=max_workers or 2, thread_name_prefix="shardstream-writer")
+        self._pending: list[Future] = []
+        self._max_pending = (max_workers or 2) + 1
+        self.shards: list[ShardInfo] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._reset()
+
+    # -- set-up ---------------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        return {
+            "version": 2,
+            "format": self.format,
+            "compression": self.compression,
+            "hashes": self.hashes,
+            "size_limit": self.size_limit,
+            "column_names": self.column_names,
+            "column_encodings": self.column_encodings,
+            "column_sizes": self.column_sizes,
+        }
+
+    def _prepare_dir(self, exist_ok: bool) -> None:
+        if os.path.isdir(self.local) and os.listdir(self.local):
+            if not exist_ok:
+                raise OutputExistsError(
+                    f"output directory {self.local!r} is not empty; pass exist_ok=True to replace its "
+                    "contents, or choose an empty directory"
+                )
+            # Remove the index first: a crash from here on must not leave an index that
+            # describes shards which are being replaced.
+            index = os.path.join(self.local, INDEX_BASENAME)
+            if os.path.exists(index):
+                os.unlink(index)
+            shutil.rmtree(self.local)
+        os.makedirs(self.local, exist_ok=True)
+
+    def _reset(self) -> None:
+        self._buf = bytearray()
+        self._sizes: list[int] = []
+        self._shard_bytes = self._extra_per_shard
+
+    # -- writing --------------------------------------------------------------------
+    def encode_sample(self, sample: dict[str, Any]) -> bytes:
+        """Encode one sample dict to its MDS bytes (size header + payloads)."""
+        sizes = []
+        parts = [b""]
+        for name, coder, fixed in self._cols:
+            try:
+                value = sample[name]
+            except KeyError:
+                raise EncodeError(f"sample has no column {name!r}; expected columns {self.column_names}") from None
+            except TypeError:
+                raise EncodeError(f"a sample must be a dict of column -> value, got {type(sample).__name__}") from None
+            try:
+                data = value if type(value) is bytes else coder.encode(value)
+            except EncodeError as exc:
+                raise EncodeError(f"column {name!r}: {exc}") from None
+            if fixed is None:
+                sizes.append(len(data))
+            elif len(data) != fixed:
+                raise EncodeError(
+                    f"column {name!r} ({coder.name}) must encode to {fixed} bytes, got {len(data)}; "
+                    "pre-encoded bytes must match the column's fixed size"
+                )
+            parts.append(data)
+        parts[0] = self._head.pack(*sizes)
+        return b"".join(parts)
+
+    def write(self, sample: dict[str, Any]) -> None:
+        """Add one sample; may complete a shard."""
+        if self._closed:
+            raise WriterError("this writer is finished; create a new MDSWriter to write more")
+        self._raise_failed()
+        data = self.encode_sample(sample)
+        need = len(data) + 4
+        if self._extra_per_shard + need > MAX_SHARD_BYTES:
+            raise EncodeError(
+                f"a sample of {len(data)} bytes cannot fit in one shard (offsets are uint32, max 4 GiB); "
+                "split it across samples"
+            )
+        if self._sizes and (
+            (self.size_limit is not None and self._shard_bytes + need > self.size_limit)
+            or self._shard_bytes + need > MAX_SHARD_BYTES
+        ):
+            self.flush_shard()
+        self._buf += data
+        self._sizes.append(len(data))
+        self._shard_bytes += need
+
+    def flush_shard(self) -> None:
+        """Complete the current shard (no-op when it holds no samples)."""
+        if not self._sizes:
+            return
+        n = len(self._sizes)
+        offsets = np.empty(n + 1, np.int64)
+        offsets[0] = 0
+        np.cumsum(self._sizes, out=offsets[1:])
+        offsets += 4 + 4 * (n + 1) + len(self.config_data)
+        header = struct.pack("<I", n) + offsets.astype("<u4").tobytes() + self.config_data
+        body = self._buf
+        index = len(self.shards)
+        self.shards.append(None)  # placeholder, filled in order by the worker
+        while len(self._pending) >= self._max_pending:
+            self._pending.pop(0).result()
+        self._pending.append(self._pool.submit(self._store_shard, index, n, header, body))
+        self._reset()
+
+    def _store_shard(self, index: int, n: int, header: bytes, body: bytearray) -> None:
+        raw_name = f"shard.{index:05d}.{self.format}"
+        raw = header + body
+        del body
+        raw_info = FileInfo(raw_name, len(raw), {a: digest(a, raw) for a in self.hashes})
+        zip_info = None
+        data = raw
+        if self.compression:
+            data = compress(self.compression, raw)
+            zip_name = f"{raw_name}.{compression_extension(self.compression)}"
+            zip_info = FileInfo(zip_name, len(data), {a: digest(a, data) for a in self.hashes})
+        stored = zip_info or raw_info
+        path = os.path.join(self.local, stored.basename)
+        atomic_write(path, data, fsync=False)
+        info = ShardInfo(tuple(self.column_encodings), tuple(self.column_names), tuple(self.column_sizes),
+                         self.compression, tuple(self.hashes), raw_info, n, self.size_limit, zip_info)
+        with self._lock:
+            self.shards[index] = info
+        if self._on_file is not None:
+            self._on_file(path, stored.basename)
+
+    def _raise_failed(self) -> None:
+        for fut in [f for f in self._pending if f.done()]:
+            self._pending.remove(fut)
+            exc = fut.exception()
+            if exc is not None:
+                self._abort()
+                raise WriterError(f"writing a shard failed: {type(exc).__name__}: {exc}") from exc
+
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        first = None
+        for fut in pending:
+            exc = fut.exception()
+            if exc is not None and first is None:
+                first = exc
+        if first is not None:
+            self._abort()
+            if isinstance(first, WriterError):
+                raise first
+            raise WriterError(f"writing a shard failed: {type(first).__name__}: {first}") from first
+
+    def finish(self) -> None:
+        """Flush the last shard, wait for all files, then write ``index.json``."""
+        if self._closed:
+            return
+        self.flush_shard()
+        self._drain()
+        self._pool.shutdown(wait=True)
+        self._closed = True
+        path = write_index_atomic(self.local, self.shards)
+        if self._on_file is not None:
+            self._on_file(path, INDEX_BASENAME)
+
+    def _abort(self) -> None:
+        """Stop without writing an index; remove temp files. Completed shards stay on
+        disk but nothing claims them, so the directory is not a readable dataset."""
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for name in os.listdir(self.local):
+            if name.startswith(TMP_PREFIX):
+                try:
+                    os.unlink(os.path.join(self.local, name))
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            for fut in self._pending:
+                fut.cancel()
+            self._pending = []
+            self._abort()

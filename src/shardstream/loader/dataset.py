@@ -1,0 +1,235 @@
+"""``StreamingDataset``: the samples of an MDS dataset, by index, in order, or in batches.
+
+The constructor takes mosaicml-streaming's keywords so existing code moves over by
+changing the import. This version reads datasets from a local directory; the
+options that need shuffling, mixing or remote storage are accepted by name and
+refused with :class:`~shardstream.errors.NotYetSupportedError` when set.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, NotYetSupportedError, SampleIndexError, UnsafeEncodingError
+from ..format.batch import concat_batches, decode_batch
+from ..format.hashing import check_hash
+from ..format.index import ShardInfo, read_index
+from ..format.reader import ShardReader, open_shard
+from .options import DatasetOptions
+
+
+class StreamingDataset:
+    """An MDS dataset read from ``local`` (optionally its ``split`` subdirectory).
+
+    Samples are dicts of column -> value. ``len(ds)`` is the number of samples;
+    ``ds[i]`` accepts ints (negative too), slices, lists and numpy integer arrays;
+    iteration yields every sample in order; :meth:`batches` yields column arrays.
+    """
+
+    def __init__(
+        self,
+        *,
+        streams: Optional[Sequence[Any]] = None,
+        remote: Optional[str] = None,
+        local: Optional[str] = None,
+        split: Optional[str] = None,
+        download_retry: int = 2,
+        download_timeout: float = 60,
+        validate_hash: Optional[str] = None,
+        keep_zip: bool = False,
+        epoch_size: Optional[int | str] = None,
+        predownload: Optional[int] = None,
+        cache_limit: Optional[int | str] = None,
+        sampling_method: str = "balanced",
+        sampling_granularity: int = 1,
+        partition_algo: str = "relaxed",
+        num_canonical_nodes: Optional[int] = None,
+        batch_size: Optional[int] = None,
+        shuffle: bool = False,
+        shuffle_algo: str = "py1e",
+        shuffle_seed: int = 9176,
+        shuffle_block_size: Optional[int] = None,
+        batching_method: str = "random",
+        allow_unsafe_types: bool = False,
+        replication: Optional[int] = None,
+    ) -> None:
+        self.options = DatasetOptions(
+            download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
+            keep_zip=keep_zip, predownload=predownload, sampling_method=sampling_method,
+            sampling_granularity=sampling_granularity, partition_algo=partition_algo,
+            num_canonical_nodes=num_canonical_nodes, batch_size=batch_size, shuffle=shuffle,
+            shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed, shuffle_block_size=shuffle_block_size,
+            batching_method=batching_method, allow_unsafe_types=allow_unsafe_types, replication=replication,
+        )
+        _refuse_unsupported(streams=streams, remote=remote, local=local, epoch_size=epoch_size,
+                            cache_limit=cache_limit, shuffle=shuffle, replication=replication)
+        if validate_hash:
+            check_hash(validate_hash)
+        if local is None:
+            raise InvalidArgumentError("local=... is required: the directory that holds index.json and the shards")
+        self.local = os.path.expanduser(str(local))
+        self.split = split
+        self.dirname = os.path.join(self.local, split) if split else self.local
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.shards: list[ShardInfo] = read_index(self.dirname)
+        if not allow_unsafe_types:
+            _refuse_unsafe(self.shards)
+        sizes = [s.samples for s in self.shards]
+        self.shard_sizes = np.asarray(sizes, np.int64)
+        self._ends = np.cumsum(sizes).tolist()  # plain ints: bisect on a list is the fastest lookup
+        self._starts = [0] + self._ends[:-1]
+        self.num_samples = self._ends[-1] if self._ends else 0
+        self._readers: list[Optional[ShardReader]] = [None] * len(self.shards)
+
+    # -- sizes ----------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Number of samples in the dataset."""
+        return self.num_samples
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return self.shards[0].column_names if self.shards else ()
+
+    # -- shards ---------------------------------------------------------------------
+    def reader(self, shard: int) -> ShardReader:
+        """The open reader of shard ``shard`` (opened, and decompressed, on first use)."""
+        r = self._readers[shard]
+        if r is None:
+            r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, self._keep_zip)
+            self._readers[shard] = r
+        return r
+
+    @property
+    def _keep_zip(self) -> bool:
+        # With no remote, the compressed files are the only copy: never delete them.
+        return True
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard, index within shard) of global sample ``index``."""
+        shard = bisect.bisect_right(self._ends, index)
+        return shard, index - self._starts[shard]
+
+    # -- random access --------------------------------------------------------------
+    def get_item(self, sample_id: int, retry: int = 7) -> dict[str, Any]:
+        """Sample ``sample_id`` (negative counts from the end)."""
+        i = sample_id
+        if i < 0:
+            i += self.num_samples
+        if not 0 <= i < self.num_samples:
+            raise SampleIndexError(f"sample index {sample_id} is out of range for a dataset of {self.num_samples} samples")
+        shard = bisect.bisect_right(self._ends, i)
+        r = self._readers[shard] or self.reader(shard)
+        return r.get(i - self._starts[shard])
+
+    def __getitem__(self, key):
+        if type(key) is int:
+            return self.get_item(key)
+        if isinstance(key, (int, np.integer)):
+            return self.get_item(int(key))
+        if isinstance(key, slice):
+            return [self.get_item(i) for i in range(*key.indices(self.num_samples))]
+        arr = np.asarray(key)
+        if arr.dtype == bool:
+            if arr.shape != (self.num_samples,):
+                raise SampleIndexError(f"a boolean mask must have shape ({self.num_samples},), got {arr.shape}")
+            arr = np.flatnonzero(arr)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise InvalidArgumentError(
+                f"index with an int, a slice, or a 1-D sequence of ints; got {type(key).__name__} {arr.dtype}"
+            )
+        return [self.get_item(int(i)) for i in arr.tolist()]
+
+    # -- iteration ------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for shard in range(len(self.shards)):
+            yield from self.reader(shard).iter_range()
+
+    # -- batches --------------------------------------------------------------------
+    def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
+        """Decode the samples at global ``indices`` into column arrays (see :mod:`shardstream.format.batch`)."""
+        idx = np.asarray(indices, np.int64)
+        if idx.ndim != 1:
+            raise InvalidArgumentError(f"indices must be 1-D, got shape {idx.shape}")
+        idx = np.where(idx < 0, idx + self.num_samples, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_samples):
+            raise SampleIndexError(f"indices must be in [-{self.num_samples}, {self.num_samples})")
+        shards = np.searchsorted(np.asarray(self._ends), idx, side="right")
+        starts = np.asarray(self._starts, np.int64)
+        if idx.size == 0:
+            return decode_batch(self.reader(0), idx, columns) if self.shards else {}
+        # Decode runs of indices that fall in the same shard, in the requested order.
+        cuts = np.flatnonzero(np.diff(shards)) + 1
+        parts = []
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(idx)]):
+            s = int(shards[lo])
+            parts.append(decode_batch(self.reader(s), idx[lo:hi] - starts[s], columns))
+        return concat_batches(parts)
+
+    def batches(self, batch_size: Optional[int] = None, columns: Optional[Sequence[str]] = None,
+                drop_last: bool = False, start: int = 0) -> Iterator[dict[str, Any]]:
+        """Yield consecutive batches of ``batch_size`` samples as column arrays, in order."""
+        bs = batch_size or self.batch_size
+        if not bs or bs < 1:
+            raise InvalidArgumentError(f"batch_size must be a positive int, got {bs!r}")
+        n = self.num_samples
+        for lo in range(start, n, bs):
+            hi = min(lo + bs, n)
+            if hi - lo < bs and drop_last:
+                return
+            yield self._range_batch(lo, hi, columns)
+
+    def _range_batch(self, lo: int, hi: int, columns) -> dict[str, Any]:
+        parts = []
+        shard = bisect.bisect_right(self._ends, lo)
+        while lo < hi:
+            base = self._starts[shard]
+            stop = min(hi, self._ends[shard])
+            parts.append(decode_batch(self.reader(shard), np.arange(lo - base, stop - base), columns))
+            lo = stop
+            shard += 1
+        return concat_batches(parts)
+
+    # -- pickling (DataLoader workers re-open shards on their side) ------------------
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_readers"] = [None] * len(self.shards)
+        return state
+
+
+def _refuse_unsafe(shards: list[ShardInfo]) -> None:
+    for i, s in enumerate(shards):
+        for name, enc in zip(s.column_names, s.encodings):
+            if not enc.safe:
+                raise UnsafeEncodingError(
+                    f"column {name!r} (shard {i}) uses encoding {enc.name!r}, which can run arbitrary code "
+                    "when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
+                )
+
+
+def _refuse_unsupported(**given) -> None:
+    pending = {
+        "streams": "mixing several streams",
+        "remote": "streaming from a remote location",
+        "epoch_size": "epoch_size (stream mixing)",
+        "cache_limit": "cache_limit (shard cache eviction)",
+        "shuffle": "shuffle=True",
+        "replication": "replication",
+    }
+    for key, what in pending.items():
+        value = given[key]
+        if key == "remote" and value is not None and value == given["local"]:
+            continue
+        if value not in (None, False):
+            raise NotYetSupportedError(
+                f"{what} is not available in this version of shardstream; {key}={value!r} was given. "
+                "Read a local dataset with StreamingDataset(local=...)"
+            )

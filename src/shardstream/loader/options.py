@@ -1,0 +1,63 @@
+"""Option groups of :class:`StreamingDataset`, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import InvalidArgumentError
+
+SHUFFLE_ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
+PARTITION_ALGOS = ("orig", "relaxed")
+SAMPLING_METHODS = ("balanced", "fixed")
+BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise InvalidArgumentError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _positive(name: str, value, allow_none: bool = True, zero: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero else 1):
+        raise InvalidArgumentError(f"{name}={value!r} must be an int >= {0 if zero else 1}")
+
+
+@dataclass(frozen=True)
+class DatasetOptions:
+    download_retry: int = 2
+    download_timeout: float = 60
+    validate_hash: Optional[str] = None
+    keep_zip: bool = False
+    predownload: Optional[int] = None
+    sampling_method: str = "balanced"
+    sampling_granularity: int = 1
+    partition_algo: str = "relaxed"
+    num_canonical_nodes: Optional[int] = None
+    batch_size: Optional[int] = None
+    shuffle: bool = False
+    shuffle_algo: str = "py1e"
+    shuffle_seed: int = 9176
+    shuffle_block_size: Optional[int] = None
+    batching_method: str = "random"
+    allow_unsafe_types: bool = False
+    replication: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _positive("download_retry", self.download_retry, allow_none=False, zero=True)
+        if not isinstance(self.download_timeout, (int, float)) or self.download_timeout <= 0:
+            raise InvalidArgumentError(f"download_timeout={self.download_timeout!r} must be a positive number of seconds")
+        _positive("predownload", self.predownload, zero=True)
+        _positive("sampling_granularity", self.sampling_granularity, allow_none=False)
+        _positive("num_canonical_nodes", self.num_canonical_nodes)
+        _positive("batch_size", self.batch_size)
+        _positive("shuffle_block_size", self.shuffle_block_size)
+        _positive("replication", self.replication)
+        _choice("sampling_method", self.sampling_method, SAMPLING_METHODS)
+        _choice("partition_algo", self.partition_algo, PARTITION_ALGOS)
+        _choice("shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
+        _choice("batching_method", self.batching_method, BATCHING_METHODS)
+        if isinstance(self.shuffle_seed, bool) or not isinstance(self.shuffle_seed, int):
+            raise InvalidArgumentError(f"shuffle_seed={self.shuffle_seed!r} must be an int")

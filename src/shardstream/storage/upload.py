@@ -1,0 +1,131 @@
+"""Uploading written files to any fsspec URL in background threads."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Optional
+
+from ..errors import InvalidArgumentError, MissingDependencyError, UploadError
+
+
+def split_protocol(url: str) -> tuple[Optional[str], str]:
+    if "://" in url:
+        proto, _, rest = url.partition("://")
+        return proto, rest
+    return None, url
+
+
+def is_remote(url: str) -> bool:
+    proto, _ = split_protocol(url)
+    return proto not in (None, "file", "local")
+
+
+def filesystem(url: str, storage_options: Optional[dict] = None):
+    """The fsspec filesystem and the path within it for ``url``."""
+    try:
+        import fsspec
+        from fsspec.core import url_to_fs
+    except ImportError as exc:  # pragma: no cover - fsspec is a core dependency
+        raise MissingDependencyError("remote output needs fsspec: pip install fsspec") from exc
+    try:
+        return url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        proto, _ = split_protocol(url)
+        hint = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
+                "http": "http", "https": "http", "hf": "hf"}.get(proto or "", proto)
+        if isinstance(exc, ImportError):
+            raise MissingDependencyError(
+                f"writing to {url!r} needs the fsspec backend for {proto!r}; install it with: "
+                f"pip install 'shardstream[{hint}]'"
+            ) from exc
+        raise InvalidArgumentError(f"cannot open {url!r}: {exc}") from exc
+
+
+class Uploader:
+    """Upload local files to ``remote`` (a directory URL), retrying transient errors.
+
+    Errors are raised on the next :meth:`check` or at :meth:`close`, naming the file
+    and the URL.
+    """
+
+    def __init__(self, remote: str, retry: int = 2, max_workers: Optional[int] = None,
+                 storage_options: Optional[dict] = None, progress_bar: bool = False) -> None:
+        self.remote = remote.rstrip("/")
+        self.fs, self.root = filesystem(self.remote, storage_options)
+        self.retry = retry
+        self._pool = ThreadPoolExecutor(max_workers=max_workers or 8, thread_name_prefix="shardstream-upload")
+        self._futures: list[Future] = []
+        self._lock = threading.Lock()
+        self._progress = None
+        if progress_bar:
+            try:
+                from tqdm import tqdm
+
+                self._progress = tqdm(desc=f"upload to {self.remote}", unit="file")
+            except ImportError:  # pragma: no cover
+                self._progress = None
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+        except Exception:  # object stores have no directories; the first put creates the prefix
+            pass
+
+    def submit(self, local_path: str, basename: str) -> None:
+        self.check()
+        with self._lock:
+            self._futures.append(self._pool.submit(self._put, local_path, basename))
+
+    def upload_now(self, local_path: str, basename: str) -> None:
+        self._put(local_path, basename)
+
+    def _put(self, local_path: str, basename: str) -> None:
+        target = f"{self.root}/{basename}"
+        for attempt in range(self.retry + 1):
+            try:
+                parent = target.rsplit("/", 1)[0]
+                if "/" in basename:
+                    try:
+                        self.fs.makedirs(parent, exist_ok=True)
+                    except Exception:
+                        pass
+                self.fs.put_file(local_path, target)
+                if self._progress is not None:
+                    self._progress.update(1)
+                return
+            except Exception as exc:
+                if attempt == self.retry:
+                    raise UploadError(
+                        f"uploading {basename!r} to {self.remote}/{basename} failed after {attempt + 1} "
+                        f"attempt(s): {type(exc).__name__}: {exc}"
+                    ) from exc
+                time.sleep(min(8.0, 0.25 * 2**attempt) * (0.5 + random.random()))
+
+    def check(self) -> None:
+        with self._lock:
+            done = [f for f in self._futures if f.done()]
+            for f in done:
+                self._futures.remove(f)
+        for f in done:
+            f.result()
+
+    def close(self) -> None:
+        with self._lock:
+            futures, self._futures = self._futures, []
+        try:
+            for f in futures:
+                f.result()
+        finally:
+            self._pool.shutdown(wait=True)
+            if self._progress is not None:
+                self._progress.close()
+
+    def abort(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def read_bytes(url: str, storage_options: Optional[dict] = None) -> bytes:
+    fs, path = filesystem(url, storage_options)
+    with fs.open(path, "rb") as f:
+        return f.read()
