@@ -86,16 +86,16 @@ def _gather_fixed(mv: memoryview, starts: np.ndarray, size: int) -> np.ndarray:
     if n == 0 or size == 0:
         return out
     base = np.frombuffer(mv, np.uint8)
-    if n > 1:
-        steps = np.diff(starts)
-        stride = int(steps[0])
-        if stride >= size and np.all(steps == stride) and starts[0] + stride * (n - 1) + size <= len(base):
-            view = np.lib.stride_tricks.as_strided(base[int(starts[0]):], (n, size), (stride, 1), writeable=False)
-            out[...] = view
-            return out
     if size <= 16:
         out[...] = base[starts[:, None] + np.arange(size)]
         return out
+    if n > 1:
+        steps = np.diff(starts)
+        stride = int(steps[0])
+        if stride >= size and not (steps != stride).any() and starts[0] + stride * (n - 1) + size <= len(base):
+            view = np.lib.stride_tricks.as_strided(base[int(starts[0]):], (n, size), (stride, 1), writeable=False)
+            out[...] = view
+            return out
     flat = memoryview(out).cast("B")
     for k, s in enumerate(starts.tolist()):
         flat[k * size:(k + 1) * size] = mv[s:s + size]
@@ -108,8 +108,9 @@ def _gather_var(mv: memoryview, starts: np.ndarray, sizes: np.ndarray) -> tuple[
     np.cumsum(sizes, out=offsets[1:])
     out = np.empty(int(offsets[-1]), np.uint8)
     flat = memoryview(out)
-    for a, s, n in zip(offsets.tolist(), starts.tolist(), sizes.tolist()):
-        flat[a:a + n] = mv[s:s + n]
+    dst = offsets.tolist()
+    for a, b, s, e in zip(dst, dst[1:], starts.tolist(), (starts + sizes).tolist()):
+        flat[a:b] = mv[s:e]
     return out, offsets
 
 
@@ -119,74 +120,98 @@ def _ndarray_column(mv, enc: NDArray, starts, sizes, name) -> Any:
     base = np.frombuffer(mv, np.uint8)
     if len(starts) == 0:
         return Ragged(np.empty(0, enc.np_dtype), np.zeros(1, np.int64))
+    if int(sizes.min()) < 1:
+        raise CorruptShardError(f"column {name!r}: an empty value has no array header")
     heads = base[starts]
-    ndims = heads >> 2
-    ndim = int(ndims[0])
-    if ndim == 0 or np.any(ndims != ndim):
+    ndim = int(heads[0]) >> 2
+    if ndim == 0 or not np.array_equal(heads >> 2, np.broadcast_to(ndim, heads.shape)):
         return None  # mixed dimensionality: decode per sample
     widths = heads & 3
-    shapes = np.empty((len(starts), ndim), np.int64)
-    hdr = np.empty(len(starts), np.int64)
-    for width in np.unique(widths).tolist():
-        rows = np.flatnonzero(widths == width)
-        w = 1 << width
-        if np.any(sizes[rows] < 1 + ndim * w):
+    groups = [int(widths[0])] if not (widths != widths[0]).any() else np.unique(widths).tolist()
+    if len(groups) == 1 and ndim == 1:
+        w = 1 << groups[0]
+        hdr = 1 + w
+        if int(sizes.min()) < hdr:
             raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
-        shape_bytes = _gather_fixed(mv, starts[rows] + 1, ndim * w)
-        shapes[rows] = shape_bytes.view(f"<u{w}").reshape(len(rows), ndim)
-        hdr[rows] = 1 + ndim * w
-    counts = shapes.prod(axis=1)
+        counts = _gather_fixed(mv, starts + 1, w).view(f"<u{w}").reshape(len(starts)).astype(np.int64)
+        shapes = None
+    else:
+        shapes = np.empty((len(starts), ndim), np.int64)
+        hdr = np.empty(len(starts), np.int64)
+        for width in groups:
+            rows = np.flatnonzero(widths == width)
+            w = 1 << width
+            if int(sizes[rows].min()) < 1 + ndim * w:
+                raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
+            shape_bytes = _gather_fixed(mv, starts[rows] + 1, ndim * w)
+            shapes[rows] = shape_bytes.view(f"<u{w}").reshape(len(rows), ndim)
+            hdr[rows] = 1 + ndim * w
+        counts = shapes.prod(axis=1)
     item = enc.np_dtype.itemsize
-    if np.any(counts * item != sizes - hdr):
+    if not np.array_equal(counts * item, sizes - hdr):
         raise CorruptShardError(f"column {name!r}: an array's shape does not match its byte size")
     data, byte_offsets = _gather_var(mv, starts + hdr, sizes - hdr)
     return Ragged(data.view(enc.np_dtype), byte_offsets // item, shapes if ndim > 1 else None)
 
 
 def decode_batch(reader: ShardReader, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """Decode samples ``indices`` (local to this shard) into per-column arrays."""
+    """Decode samples ``indices`` (local to this shard, any order) into per-column arrays."""
     idx = np.asarray(indices, np.int64)
     n = reader.samples
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise InvalidArgumentError(f"sample indices must be in [0, {n}) for shard {reader.name!r}")
-    mv = reader.mv
-    begins = reader.offsets[idx]
-    ends = reader.offsets[idx + 1]
+    return _decode(reader, reader.offsets[idx], reader.offsets[idx + 1], columns)
+
+
+def decode_range(reader: ShardReader, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Decode the consecutive samples ``lo..hi-1`` of this shard (no index arrays needed)."""
+    if not 0 <= lo <= hi <= reader.samples:
+        raise InvalidArgumentError(f"range [{lo}, {hi}) is not within shard {reader.name!r} ({reader.samples} samples)")
+    offsets = reader.offsets
+    return _decode(reader, offsets[lo:hi], offsets[lo + 1:hi + 1], columns)
+
+
+def _decode(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns) -> dict[str, Any]:
     info = reader.info
+    if columns is not None:
+        unknown = set(columns) - set(info.column_names)
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown columns {sorted(unknown)}; the dataset has {list(info.column_names)}"
+            )
+    mv = reader.mv
+    count = len(begins)
     n_var = sum(1 for s in info.column_sizes if s is None)
-    if np.any(ends - begins < 4 * n_var):
+    if count and n_var and int((ends - begins).min()) < 4 * n_var:
         raise CorruptShardError(f"shard {reader.name!r}: a sample is shorter than its size header")
-    var_sizes = _gather_fixed(mv, begins, 4 * n_var).view("<u4").astype(np.int64) if n_var else None
+    var_sizes = _gather_fixed(mv, begins, 4 * n_var).view("<u4") if n_var and count else None
     pos = begins + 4 * n_var
     layout = []
     k = 0
     for name, enc, fixed in zip(info.column_names, info.encodings, info.column_sizes):
         if fixed is None:
-            size = var_sizes[:, k]
+            size = var_sizes[:, k].astype(np.int64) if count else np.zeros(0, np.int64)
             k += 1
         else:
-            size = np.full(len(idx), fixed, np.int64)
+            size = fixed
         layout.append((name, enc, fixed, pos, size))
         pos = pos + size
-    if np.any(pos != ends):
+    if count and not np.array_equal(pos, ends):
         raise CorruptShardError(f"shard {reader.name!r}: column sizes do not add up to the sample sizes")
-    wanted = set(info.column_names if columns is None else columns)
-    unknown = wanted - set(info.column_names)
-    if unknown:
-        raise InvalidArgumentError(f"unknown columns {sorted(unknown)}; the dataset has {list(info.column_names)}")
     out: dict[str, Any] = {}
     for name, enc, fixed, starts, sizes in layout:
-        if name not in wanted:
+        if columns is not None and name not in columns:
             continue
         value = None
         if enc.np_dtype is not None and enc.shape is not None and fixed is not None:
             raw = _gather_fixed(mv, starts, fixed)
-            value = raw.view(enc.np_dtype).reshape((len(idx),) + tuple(enc.shape))
+            value = raw.view(enc.np_dtype).reshape((count,) + tuple(enc.shape))
         elif isinstance(enc, NDArray):
-            value = _ndarray_column(mv, enc, starts, sizes, name)
+            value = _ndarray_column(mv, enc, starts, np.broadcast_to(sizes, starts.shape), name)
         if value is None:
             decode = enc.decode
-            value = [decode(mv[s:s + z]) for s, z in zip(starts.tolist(), sizes.tolist())]
+            stops = (starts + sizes).tolist()
+            value = [decode(mv[a:z]) for a, z in zip(starts.tolist(), stops)]
         out[name] = value
     return out
 
@@ -197,6 +222,9 @@ def concat_batches(parts: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
     for name, first in parts[0].items():
         values = [p[name] for p in parts]
+        if len({type(v) for v in values}) > 1:  # e.g. Ragged in one shard, per-sample list in another
+            values = [v.tolist() if isinstance(v, Ragged) else list(v) for v in values]
+            first = values[0]
         if isinstance(first, np.ndarray):
             out[name] = np.concatenate(values)
         elif isinstance(first, Ragged):

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import CorruptShardError, HashMismatchError, SampleIndexError, ShardNotFoundError
 from .atomic import atomic_write
 from .compression import decompress
+from .fastdecode import make_sample_decoder
 from .hashing import digest
 from .index import ShardInfo, shard_path
 
@@ -37,12 +38,10 @@ class ShardReader:
         self.mv = memoryview(buf)
         self.samples = info.samples
         self._check_header()
-        coders = info.encodings
         self.column_names = info.column_names
-        self._cols = [(n, c.decode, s) for n, c, s in zip(info.column_names, coders, info.column_sizes)]
-        self._n_var = sum(1 for s in info.column_sizes if s is None)
-        self._head = struct.Struct(f"<{self._n_var}I")
-        self._head_size = 4 * self._n_var
+        base = np.frombuffer(self.mv, np.uint8).ctypes.data if len(self.mv) else 0
+        self.decode_at = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
+                                             self.mv, base, self._corrupt)
 
     def _corrupt(self, what: str) -> CorruptShardError:
         return CorruptShardError(
@@ -83,31 +82,18 @@ class ShardReader:
         begin, end = _PAIR.unpack_from(self.mv, 4 + 4 * i)
         return self.mv[begin:end]
 
-    def decode(self, data: memoryview) -> dict[str, Any]:
-        """Decode one sample's bytes into a dict of column values."""
-        hs = self._head_size
-        if len(data) < hs:
-            raise self._corrupt(f"a sample of {len(data)} bytes is shorter than its size header")
-        sizes = iter(self._head.unpack_from(data, 0))
-        pos = hs
-        out = {}
-        for name, dec, fixed in self._cols:
-            end = pos + (fixed if fixed is not None else next(sizes))
-            out[name] = dec(data[pos:end])
-            pos = end
-        if pos != len(data):
-            raise self._corrupt(f"a sample's column sizes add to {pos} bytes, the sample is {len(data)}")
-        return out
-
     def get(self, i: int) -> dict[str, Any]:
-        return self.decode(self.sample_bytes(i))
+        """Sample ``i`` of this shard as a dict of column values."""
+        if not 0 <= i < self.samples:
+            raise SampleIndexError(f"sample {i} is out of range for shard {self.name!r} ({self.samples} samples)")
+        begin, end = _PAIR.unpack_from(self.mv, 4 + 4 * i)
+        return self.decode_at(begin, end)
 
     def iter_range(self, start: int = 0, stop: Optional[int] = None) -> Iterator[dict[str, Any]]:
+        """Samples ``start..stop-1`` in order."""
         stop = self.samples if stop is None else stop
         offs = self.offsets[start:stop + 1].tolist()
-        mv, decode = self.mv, self.decode
-        for begin, end in zip(offs, offs[1:]):
-            yield decode(mv[begin:end])
+        return map(self.decode_at, offs[:-1], offs[1:])
 
     def __len__(self) -> int:
         return self.samples

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, NotYetSupportedError, SampleIndexError, UnsafeEncodingError
-from ..format.batch import concat_batches, decode_batch
+from ..format.batch import concat_batches, decode_batch, decode_range
 from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
 from ..format.reader import ShardReader, open_shard
 from .options import DatasetOptions
+
+_PAIR = struct.Struct("<II")
 
 
 class StreamingDataset:
@@ -56,6 +59,8 @@ class StreamingDataset:
         batching_method: str = "random",
         allow_unsafe_types: bool = False,
         replication: Optional[int] = None,
+        stream_name: str = "stream",
+        stream_config: Optional[dict] = None,
     ) -> None:
         self.options = DatasetOptions(
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
@@ -131,8 +136,11 @@ class StreamingDataset:
         return r.get(i - self._starts[shard])
 
     def __getitem__(self, key):
-        if type(key) is int:
-            return self.get_item(key)
+        if type(key) is int and 0 <= key < self.num_samples:  # the hot path, inlined
+            shard = bisect.bisect_right(self._ends, key)
+            r = self._readers[shard] or self.reader(shard)
+            begin, end = _PAIR.unpack_from(r.mv, 4 + 4 * (key - self._starts[shard]))
+            return r.decode_at(begin, end)
         if isinstance(key, (int, np.integer)):
             return self.get_item(int(key))
         if isinstance(key, slice):
@@ -193,7 +201,7 @@ class StreamingDataset:
         while lo < hi:
             base = self._starts[shard]
             stop = min(hi, self._ends[shard])
-            parts.append(decode_batch(self.reader(shard), np.arange(lo - base, stop - base), columns))
+            parts.append(decode_range(self.reader(shard), lo - base, stop - base, columns))
             lo = stop
             shard += 1
         return concat_batches(parts)
