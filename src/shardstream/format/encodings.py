@@ -209,6 +209,8 @@ class JSON(Encoding):
 _CODE_TO_DTYPE = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
                   33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
 _DTYPE_TO_CODE = {v: k for k, v in _CODE_TO_DTYPE.items()}
+_NATIVE_CODE = {np.dtype(name): code for name, code in _DTYPE_TO_CODE.items()}  # fast lookup by dtype
+_SHAPE_HEAD = [struct.Struct(f"<B{f}") for f in "BHIQ"]
 _SHAPE_DTYPES = ("<u1", "<u2", "<u4", "<u8")
 
 
@@ -230,7 +232,7 @@ class NDArray(Encoding):
         if shape is not None and dtype is None:
             raise UnsupportedFormatError("ndarray with a fixed shape needs a dtype: 'ndarray:<dtype>:<shape>'")
         self.dtype = dtype
-        self.np_dtype = np.dtype(dtype).newbyteorder("<") if dtype else None
+        self.np_dtype = np.dtype("<" + np.dtype(dtype).char) if dtype else None
         self.shape = tuple(shape) if shape is not None else None
         parts = ["ndarray"] + ([dtype] if dtype else []) + ([",".join(map(str, shape))] if shape else [])
         self.name = ":".join(parts)
@@ -251,15 +253,26 @@ class NDArray(Encoding):
         return cls(dtype, shape)
 
     def encode(self, value):
+        if type(value) is np.ndarray and value.ndim == 1 and value.size and value.dtype is self.np_dtype:
+            # fast path: 1-D array of the column's dtype
+            n = value.shape[0]
+            width = 0 if n < 256 else 1 if n < 65536 else 2 if n < 1 << 32 else 3
+            return _SHAPE_HEAD[width].pack(4 | width, n) + value.tobytes()
+        return self._encode_general(value)
+
+    def _encode_general(self, value):
         if not isinstance(value, np.ndarray):
             if self.dtype is None or isinstance(value, (str, bytes)):
                 raise _type_error(self, value, "numpy.ndarray")
             value = np.asarray(value, dtype=self.np_dtype)
-        name = value.dtype.name
-        code = _DTYPE_TO_CODE.get(name)
+        code = _NATIVE_CODE.get(value.dtype)
+        if code is None and value.dtype.byteorder == ">":
+            code = _NATIVE_CODE.get(value.dtype.newbyteorder("<"))
+            value = value.astype(value.dtype.newbyteorder("<"))
         if code is None:
-            raise EncodeError(f"encoding {self.name!r}: dtype {name} is not supported; "
+            raise EncodeError(f"encoding {self.name!r}: dtype {value.dtype} is not supported; "
                               f"convert to one of {', '.join(_DTYPE_TO_CODE)}")
+        name = _CODE_TO_DTYPE[code]
         if value.size == 0:
             raise EncodeError(f"encoding {self.name!r}: arrays with 0 elements cannot be stored")
         parts = []
@@ -278,8 +291,6 @@ class NDArray(Encoding):
             parts.append(np.asarray(value.shape, _SHAPE_DTYPES[width]).tobytes())
         elif value.shape != self.shape:
             raise EncodeError(f"encoding {self.name!r}: expected shape {self.shape}, got {value.shape}")
-        if value.dtype.byteorder == ">":
-            value = value.astype(value.dtype.newbyteorder("<"))
         parts.append(value.tobytes())
         return b"".join(parts)
 

@@ -164,7 +164,6 @@ class ShardWriter:
         """Add one sample; may complete a shard."""
         if self._closed:
             raise WriterError("this writer is finished; create a new MDSWriter to write more")
-        self._raise_failed()
         data = self.encode_sample(sample)
         need = len(data) + 4
         if self._extra_per_shard + need > MAX_SHARD_BYTES:
@@ -183,6 +182,7 @@ class ShardWriter:
 
     def flush_shard(self) -> None:
         """Complete the current shard (no-op when it holds no samples)."""
+        self._raise_failed()
         if not self._sizes:
             return
         n = len(self._sizes)
