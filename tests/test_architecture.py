@@ -1,0 +1,65 @@
+"""The dependency rules of the layered design (see the architecture notes)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+PKG = pathlib.Path(__file__).resolve().parents[1] / "src" / "shardstream"
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                names.add(node.module)
+            elif node.level:
+                # resolve relative imports against the module's package
+                parts = path.relative_to(PKG.parent).with_suffix("").parts[:-node.level]
+                names.add(".".join(parts + ((node.module,) if node.module else ())))
+    return names
+
+
+def _files(sub: str = "") -> list[pathlib.Path]:
+    return sorted((PKG / sub).rglob("*.py"))
+
+
+def test_package_has_modules():
+    assert len(_files()) > 15  # the walk below must actually see the package
+
+
+def test_only_storage_imports_fsspec():
+    offenders = [str(p) for p in _files() if "storage" not in p.parts
+                 and any(n == "fsspec" or n.startswith("fsspec.") for n in _imports(p))]
+    assert offenders == []
+
+
+def test_format_does_not_import_storage_or_loader():
+    offenders = [str(p) for p in _files("format")
+                 if any(n.startswith(("shardstream.storage", "shardstream.loader")) for n in _imports(p))]
+    assert offenders == []
+
+
+def test_torch_and_jax_only_in_integrations():
+    offenders = [str(p) for p in _files() if "integrations" not in p.parts
+                 and any(n.split(".")[0] in ("torch", "jax") for n in _imports(p))]
+    assert offenders == []
+
+
+def test_no_shared_memory_control_plane():
+    offenders = [str(p) for p in _files() if "shared_memory" in p.read_text() or "/dev/shm" in p.read_text()]
+    assert offenders == []
+
+
+def test_import_is_light():
+    """`import shardstream` pulls in neither torch, fsspec backends, Pillow nor the optional codecs."""
+    code = ("import sys, shardstream; "
+            "print(','.join(m for m in ('torch', 'jax', 'PIL', 'brotli', 'snappy', 's3fs', 'gcsfs') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
