@@ -87,6 +87,8 @@ def merge_index(*args, **kwargs) -> list[ShardInfo]:
         base = remote_out if (is_remote(name) or local_out is None) else local_out
         ref_path = name[7:] if name.startswith("file://") else name
         base_path = base[7:] if base.startswith("file://") else base
+        if not is_remote(ref_path) and not is_remote(base_path):
+            ref_path, base_path = os.path.abspath(ref_path), os.path.abspath(base_path)
         merged += prefix_shards(shards, _relative(ref_path, base_path))
     if local_out is not None:
         os.makedirs(local_out, exist_ok=True)

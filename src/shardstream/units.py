@@ -11,6 +11,14 @@ _BYTE_UNITS = {
 _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
+def _finite(number: float, name: str) -> int:
+    if isinstance(number, int):
+        return number
+    if number != number or number in (float("inf"), float("-inf")):
+        raise InvalidArgumentError(f"{name}={number!r} is not a finite number")
+    return int(number)
+
+
 def _split(text: str) -> tuple[str, str]:
     text = text.strip().lower().replace("_", "")
     i = len(text)
@@ -27,16 +35,17 @@ def parse_bytes(value: int | str, name: str = "size") -> int:
     if isinstance(value, bool):
         raise InvalidArgumentError(f"{name}={value!r} is a bool; give bytes as an int or a string like '64mb'")
     if isinstance(value, (int, float)):
-        return int(value)
+        return _finite(value, name)
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{name}={value!r} should be an int or a string like '64mb'")
     number, unit = _split(value)
+    unit = unit or "b"  # a bare number string is bytes, as in mosaicml-streaming
     if unit not in _BYTE_UNITS:
         raise InvalidArgumentError(
             f"{name}={value!r} has unknown unit {unit!r}; use one of {sorted(_BYTE_UNITS)}, e.g. '64mb'"
         )
     try:
-        return int(float(number) * _BYTE_UNITS[unit])
+        return _finite(float(number) * _BYTE_UNITS[unit], name)
     except ValueError:
         raise InvalidArgumentError(f"{name}={value!r} is not a number followed by a unit, e.g. '64mb'") from None
 
@@ -46,7 +55,7 @@ def parse_count(value: int | str, name: str = "count") -> int:
     if isinstance(value, bool):
         raise InvalidArgumentError(f"{name}={value!r} is a bool; give an int or a string like '100k'")
     if isinstance(value, (int, float)):
-        return int(value)
+        return _finite(value, name)
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{name}={value!r} should be an int or a string like '100k'")
     number, unit = _split(value)
@@ -55,7 +64,7 @@ def parse_count(value: int | str, name: str = "count") -> int:
             f"{name}={value!r} has unknown suffix {unit!r}; use one of k, m, b, t (e.g. '100k')"
         )
     try:
-        return int(float(number) * _COUNT_UNITS[unit])
+        return _finite(float(number) * _COUNT_UNITS[unit], name)
     except ValueError:
         raise InvalidArgumentError(f"{name}={value!r} is not a number with an optional k/m/b/t suffix") from None
 

@@ -4,9 +4,9 @@ Per column, a batch becomes:
 
 - numeric scalars (``int``, ``int8`` ... ``float64``): a 1-D numpy array;
 - fixed-shape arrays (``ndarray:<dtype>:<shape>``): an array of shape ``(n, *shape)``;
-- variable-length arrays (``ndarray:<dtype>`` or ``ndarray``): a :class:`Ragged`
+- variable-length arrays of one dtype (``ndarray:<dtype>``): a :class:`Ragged`
   (flat values + offsets, optionally padded with :meth:`Ragged.to_padded`);
-- anything else (``str``, ``bytes``, ``json``, images ...): a list of decoded values.
+- anything else (untyped ``ndarray``, ``str``, ``bytes``, ``json``, images ...): a list.
 
 Sample headers and column positions are computed with vectorised numpy over the
 shard's offset table; payloads are gathered with strided copies when samples have
@@ -29,31 +29,42 @@ from .reader import ShardReader
 class Ragged:
     """Variable-length rows: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
 
-    ``shapes`` (``(n, ndim)``) is set when rows are multi-dimensional arrays; row ``i``
-    then has shape ``shapes[i]`` and ``offsets`` count elements, not rows.
+    ``shapes`` is set when rows are not all 1-D: an ``(n, ndim)`` int array when every
+    row has the same number of dimensions, else a list of shape tuples. Row ``i`` then
+    has shape ``shapes[i]``, and ``offsets`` count elements, not rows.
     """
 
     values: np.ndarray
     offsets: np.ndarray
-    shapes: Optional[np.ndarray] = None
+    shapes: Optional[Any] = None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} is out of range for {n} rows")
         row = self.values[self.offsets[i]:self.offsets[i + 1]]
-        return row.reshape(self.shapes[i]) if self.shapes is not None else row
+        return row.reshape(tuple(self.shapes[i])) if self.shapes is not None else row
 
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+    def row_shapes(self) -> list[tuple]:
+        if self.shapes is None:
+            return [(int(n),) for n in self.lengths.tolist()]
+        return [tuple(int(d) for d in shape) for shape in self.shapes]
 
     def tolist(self) -> list[np.ndarray]:
         return [self[i] for i in range(len(self))]
 
     def to_padded(self, pad_value: Any = 0, length: Optional[int] = None) -> np.ndarray:
         """Rows as a ``(n, length)`` array, truncated or padded with ``pad_value``."""
-        if self.shapes is not None and self.shapes.shape[1] != 1:
+        if self.shapes is not None and any(len(shape) != 1 for shape in self.row_shapes()):
             raise InvalidArgumentError("to_padded() works on 1-D rows; these rows are multi-dimensional")
         lengths = self.lengths
         width = int(lengths.max(initial=0)) if length is None else int(length)
@@ -72,11 +83,17 @@ class Ragged:
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         shapes = None
-        if all(p.shapes is not None for p in parts):
-            ndims = {p.shapes.shape[1] for p in parts}
-            if len(ndims) == 1:
-                shapes = np.concatenate([p.shapes for p in parts])
+        if any(p.shapes is not None for p in parts):
+            rows = [shape for p in parts for shape in p.row_shapes()]
+            shapes = _pack_shapes(rows)
         return Ragged(values, offsets, shapes)
+
+
+def _pack_shapes(rows: list[tuple]):
+    """Row shapes as an ``(n, ndim)`` array when the ndims agree, else a list of tuples."""
+    if rows and len({len(r) for r in rows}) == 1:
+        return np.asarray(rows, np.int64).reshape(len(rows), len(rows[0]))
+    return rows
 
 
 def _gather_fixed(mv: memoryview, starts: np.ndarray, size: int) -> np.ndarray:
@@ -123,35 +140,47 @@ def _ndarray_column(mv, enc: NDArray, starts, sizes, name) -> Any:
     if int(sizes.min()) < 1:
         raise CorruptShardError(f"column {name!r}: an empty value has no array header")
     heads = base[starts]
-    ndim = int(heads[0]) >> 2
-    if ndim == 0 or not np.array_equal(heads >> 2, np.broadcast_to(ndim, heads.shape)):
-        return None  # mixed dimensionality: decode per sample
-    widths = heads & 3
-    groups = [int(widths[0])] if not (widths != widths[0]).any() else np.unique(widths).tolist()
-    if len(groups) == 1 and ndim == 1:
-        w = 1 << groups[0]
+    first = int(heads[0])
+    if first >> 2 == 1 and not (heads != first).any():  # the common case: 1-D rows, one shape width
+        w = 1 << (first & 3)
         hdr = 1 + w
         if int(sizes.min()) < hdr:
             raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
         counts = _gather_fixed(mv, starts + 1, w).view(f"<u{w}").reshape(len(starts)).astype(np.int64)
         shapes = None
+    elif not ((heads >> 2) != 1).any():  # 1-D rows whose lengths straddle a shape width
+        hdr = 1 + (1 << (heads & 3).astype(np.int64))
+        if (sizes < hdr).any():
+            raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
+        counts = np.empty(len(starts), np.int64)
+        for head in np.unique(heads).tolist():
+            rows = np.flatnonzero(heads == head)
+            w = 1 << (head & 3)
+            counts[rows] = _gather_fixed(mv, starts[rows] + 1, w).view(f"<u{w}").reshape(len(rows))
+        shapes = None
     else:
-        shapes = np.empty((len(starts), ndim), np.int64)
         hdr = np.empty(len(starts), np.int64)
-        for width in groups:
-            rows = np.flatnonzero(widths == width)
-            w = 1 << width
+        counts = np.empty(len(starts), np.int64)
+        row_shapes: list = [None] * len(starts)
+        for head in np.unique(heads).tolist():
+            rows = np.flatnonzero(heads == head)
+            ndim, w = head >> 2, 1 << (head & 3)
+            if ndim == 0:
+                raise CorruptShardError(f"column {name!r}: an array header says 0 dimensions")
             if int(sizes[rows].min()) < 1 + ndim * w:
                 raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
-            shape_bytes = _gather_fixed(mv, starts[rows] + 1, ndim * w)
-            shapes[rows] = shape_bytes.view(f"<u{w}").reshape(len(rows), ndim)
+            dims = _gather_fixed(mv, starts[rows] + 1, ndim * w).view(f"<u{w}").reshape(len(rows), ndim)
+            dims = dims.astype(np.int64)
             hdr[rows] = 1 + ndim * w
-        counts = shapes.prod(axis=1)
+            counts[rows] = dims.prod(axis=1)
+            for r, shape in zip(rows.tolist(), dims.tolist()):
+                row_shapes[r] = tuple(shape)
+        shapes = None if all(len(shape) == 1 for shape in row_shapes) else _pack_shapes(row_shapes)
     item = enc.np_dtype.itemsize
     if not np.array_equal(counts * item, sizes - hdr):
         raise CorruptShardError(f"column {name!r}: an array's shape does not match its byte size")
     data, byte_offsets = _gather_var(mv, starts + hdr, sizes - hdr)
-    return Ragged(data.view(enc.np_dtype), byte_offsets // item, shapes if ndim > 1 else None)
+    return Ragged(data.view(enc.np_dtype), byte_offsets // item, shapes)
 
 
 def decode_batch(reader: ShardReader, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:

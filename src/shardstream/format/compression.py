@@ -53,10 +53,20 @@ def _snappy_decompress(data: bytes, raw_size: int) -> bytes:
     return require("snappy", "snappy", "snappy compression").decompress(data)
 
 
+def _gzip(data: bytes, level: Optional[int]) -> bytes:
+    """gzip with mtime 0: reproducible, and the same header (OS byte 255) as GzipFile writes."""
+    import io
+
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0) as f:
+        f.write(data)
+    return out.getvalue()
+
+
 _FAMILIES: dict[str, _Family] = {
     "br": _Family(range(0, 12), 11, _br_compress, _br_decompress),
     "bz2": _Family(range(1, 10), 9, lambda d, lv: bz2.compress(d, lv), lambda d, n: bz2.decompress(d)),
-    "gz": _Family(range(0, 10), 9, lambda d, lv: gzip.compress(d, lv, mtime=0), lambda d, n: gzip.decompress(d)),
+    "gz": _Family(range(0, 10), 9, lambda d, lv: _gzip(d, lv), lambda d, n: gzip.decompress(d)),
     "snappy": _Family(None, None, _snappy_compress, _snappy_decompress),
     "zstd": _Family(range(1, 23), 3, _zstd_compress, _zstd_decompress),
 }

@@ -68,7 +68,10 @@ class Str(Encoding):
     def encode(self, value):
         if not isinstance(value, str):
             raise _type_error(self, value, "str")
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EncodeError(f"encoding 'str': the string is not valid Unicode text ({exc})") from None
 
     def decode(self, data):
         try:
@@ -100,24 +103,34 @@ class Int(Encoding):
         return int.from_bytes(data, "little", signed=True)
 
 
+_STRUCT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+                 "int64": "q", "uint64": "Q", "float16": "e", "float32": "f", "float64": "d"}
+
+
 class Scalar(Encoding):
     """Fixed-width numpy scalar; decodes to a numpy scalar (as mosaicml-streaming does)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.np_dtype = np.dtype(name).newbyteorder("<")
+        self.np_dtype = np.dtype("<" + np.dtype(name).char)
         self.size = self.np_dtype.itemsize
         self.shape = ()
         self._type = np.dtype(name).type
-        self._struct = struct.Struct("<" + self.np_dtype.char)
+        self._struct = struct.Struct("<" + _STRUCT_CODES[name])
         self._is_float = self.np_dtype.kind == "f"
+        self._limits = None if self._is_float else (int(np.iinfo(self.np_dtype).min), int(np.iinfo(self.np_dtype).max))
 
     def encode(self, value):
-        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
         if not ok:
             raise _type_error(self, value, "a number")
-        if not self._is_float and isinstance(value, (float, np.floating)):
-            raise _type_error(self, value, "an integer")
+        if not self._is_float:
+            if isinstance(value, (float, np.floating)):
+                raise _type_error(self, value, "an integer")
+            lo, hi = self._limits
+            if not lo <= int(value) <= hi:
+                raise EncodeError(f"encoding {self.name!r}: {value!r} is outside [{lo}, {hi}]")
+            return self._struct.pack(int(value))
         try:
             with np.errstate(over="raise"):
                 return self._type(value).astype(self.np_dtype).tobytes()
@@ -125,6 +138,8 @@ class Scalar(Encoding):
             raise EncodeError(f"encoding {self.name!r}: {value!r} does not fit ({exc})") from None
 
     def decode(self, data):
+        if self._is_float:  # keep the stored bits (NaN payloads) exactly
+            return np.frombuffer(data, self.np_dtype, 1)[0]
         return self._type(self._struct.unpack(data)[0])
 
 
@@ -201,7 +216,7 @@ class JSON(Encoding):
     def decode(self, data):
         try:
             return json.loads(str(data, "utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CorruptShardError(f"json column holds invalid JSON ({exc})") from None
 
 
@@ -253,7 +268,7 @@ class NDArray(Encoding):
         return cls(dtype, shape)
 
     def encode(self, value):
-        if type(value) is np.ndarray and value.ndim == 1 and value.size and value.dtype is self.np_dtype:
+        if self.shape is None and type(value) is np.ndarray and value.ndim == 1 and value.size and value.dtype is self.np_dtype:
             # fast path: 1-D array of the column's dtype
             n = value.shape[0]
             width = 0 if n < 256 else 1 if n < 65536 else 2 if n < 1 << 32 else 3
@@ -262,9 +277,9 @@ class NDArray(Encoding):
 
     def _encode_general(self, value):
         if not isinstance(value, np.ndarray):
-            if self.dtype is None or isinstance(value, (str, bytes)):
+            if self.dtype is None or isinstance(value, (str, bytes, dict)) or value is None:
                 raise _type_error(self, value, "numpy.ndarray")
-            value = np.asarray(value, dtype=self.np_dtype)
+            value = _as_typed_array(self, value)
         code = _NATIVE_CODE.get(value.dtype)
         if code is None and value.dtype.byteorder == ">":
             code = _NATIVE_CODE.get(value.dtype.newbyteorder("<"))
@@ -330,6 +345,23 @@ class NDArray(Encoding):
         return arr.reshape(shape)
 
 
+def _as_typed_array(enc: "NDArray", value) -> np.ndarray:
+    """A sequence given for an ``ndarray:<dtype>`` column, converted only if no value changes."""
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"elements of type {arr.dtype} are not numbers")
+        cast = arr.astype(enc.np_dtype)
+        with np.errstate(invalid="ignore"):
+            same = np.array_equal(cast, arr) if enc.np_dtype.kind in "iu" else True
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise EncodeError(f"encoding {enc.name!r}: cannot convert {type(value).__name__} to {enc.dtype} ({exc})") from None
+    if not same:
+        raise EncodeError(f"encoding {enc.name!r}: converting to {enc.dtype} would change values; "
+                          f"pass a numpy array of dtype {enc.dtype}")
+    return cast
+
+
 def _shape_width(largest: int) -> int:
     if largest < 1 << 8:
         return 0
@@ -362,7 +394,13 @@ class PILRaw(Encoding):
         try:
             width, height, mode_size = struct.unpack_from("<III", data)
             mode = str(data[12:12 + mode_size], "utf-8")
-            return image.frombytes(mode, (width, height), bytes(data[12 + mode_size:]))
+            pixels = data[12 + mode_size:]
+            bits = {"1": 1, "L": 8, "P": 8, "I;16": 16}.get(mode)
+            if bits is None:
+                bits = 8 * len(image.new(mode, (1, 1)).tobytes())
+            if (width * bits + 7) // 8 * height != len(pixels):
+                raise ValueError(f"{width}x{height} {mode} needs other than {len(pixels)} pixel bytes")
+            return image.frombytes(mode, (width, height), bytes(pixels))
         except Exception as exc:
             raise CorruptShardError(f"pil column could not be decoded ({exc})") from None
 

@@ -98,6 +98,10 @@ def make_sample_decoder(
             expr = f"str(mv[{a}:{z}], 'utf-8')"
         elif type(enc) is Bytes:
             expr = f"bytes(mv[{a}:{z}])"
+        elif isinstance(enc, Scalar) and enc._is_float:
+            env[f"F{k}"] = np.frombuffer
+            env[f"DT{k}"] = enc.np_dtype
+            expr = f"F{k}(mv, DT{k}, 1, {a})[0]"
         elif isinstance(enc, Scalar):
             env[f"T{k}"] = enc._type
             env[f"S{k}"] = enc._struct.unpack_from

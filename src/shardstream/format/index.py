@@ -124,6 +124,10 @@ def parse_shard(obj: Any, i: int) -> ShardInfo:
     names, encs, sizes = obj.get("column_names"), obj.get("column_encodings"), obj.get("column_sizes")
     if not (isinstance(names, list) and isinstance(encs, list) and isinstance(sizes, list)):
         raise CorruptIndexError(f"{where}: column_names, column_encodings and column_sizes must be lists")
+    if not all(isinstance(x, str) for x in names + encs):
+        raise CorruptIndexError(f"{where}: column names and encodings must be strings")
+    if not all(x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in sizes):
+        raise CorruptIndexError(f"{where}: column_sizes must be ints or null")
     if not (len(names) == len(encs) == len(sizes)) or not names:
         raise CorruptIndexError(
             f"{where}: {len(names)} column names, {len(encs)} encodings and {len(sizes)} sizes; "
@@ -139,10 +143,12 @@ def parse_shard(obj: Any, i: int) -> ShardInfo:
                 f"{'variable-size (null)' if coder.size is None else f'{coder.size} bytes'}"
             )
     compression = obj.get("compression") or None
+    if compression is not None and not isinstance(compression, str):
+        raise CorruptIndexError(f"{where}: compression must be a string or null, got {compression!r:.40}")
     if compression is not None:
         parse_compression(compression)
     hashes = obj.get("hashes") or []
-    if not isinstance(hashes, list):
+    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
         raise CorruptIndexError(f"{where}: 'hashes' must be a list of algorithm names")
     for algo in hashes:
         check_hash(algo)
@@ -181,7 +187,7 @@ def parse_index(obj: Any, source: str = "index.json") -> list[ShardInfo]:
 def loads_index(text: bytes | str, source: str = "index.json") -> list[ShardInfo]:
     try:
         obj = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptIndexError(f"{source} is not valid JSON ({exc}); rewrite or re-download it") from None
     return parse_index(obj, source)
 

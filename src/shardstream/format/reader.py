@@ -66,7 +66,7 @@ class ShardReader:
             raise self._corrupt("its sample offsets are out of range or not increasing")
         try:
             config = json.loads(bytes(self.mv[table_end:offsets[0]]))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise self._corrupt("its embedded config is not valid JSON") from None
         if not isinstance(config, dict) or (
             config.get("column_names") != list(self.info.column_names)
@@ -100,6 +100,8 @@ class ShardReader:
 
 
 def _map(path: str) -> Buffer:
+    if os.path.isdir(path):
+        raise CorruptShardError(f"{path!r} is a directory, not a shard file; remove it and restore the shard")
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""

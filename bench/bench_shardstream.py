@@ -1,0 +1,228 @@
+"""shardstream side of the benchmark (runs in the project venv).
+
+    python bench/bench_shardstream.py --work bench/.data --json out.json [--repeats 3]
+
+Reads the workload files written by ``bench/run.py`` from ``--work`` and writes its
+results as JSON. Also measures the numpy memcpy baseline for the batch path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log, summarize, timed, touch  # noqa: E402
+
+import shardstream  # noqa: E402
+from shardstream import MDSWriter, StreamingDataset  # noqa: E402
+from shardstream.errors import EncodeError  # noqa: E402
+
+
+def write_mixed(out: str, samples: list, compression) -> None:
+    with MDSWriter(out=out, columns=common.MIXED_COLUMNS, compression=compression, exist_ok=True) as w:
+        write = w.write
+        for s in samples:
+            write(s)
+
+
+def bench_write(work: str, mixed: common.Mixed, samples: list, repeats: int) -> dict:
+    res = {}
+    for comp, reps in ((None, repeats), ("zstd", max(1, repeats - 1))):
+        out = os.path.join(work, "ss-mixed" + (f"-{comp}" if comp else ""))
+        times = []
+        for _ in range(reps):
+            shutil.rmtree(out, ignore_errors=True)
+            gc.collect()
+            t, _ = timed(lambda: write_mixed(out, samples, comp))
+            times.append(t)
+        r = summarize(times, mixed.n, mixed.payload_bytes)
+        r["disk_bytes"] = common.dir_bytes(out)
+        res[comp or "none"] = r
+        log(f"write {comp or 'none'}: {r['samples_per_s']:,.0f} samples/s, {r['MB_per_s']:,.0f} MB/s")
+    shutil.rmtree(os.path.join(work, "ss-mixed-zstd"), ignore_errors=True)
+    return res
+
+
+def _iter_pass(ds) -> int:
+    acc = 0
+    for s in ds:
+        acc += len(s["tokens"]) + s["label"]
+    return acc
+
+
+def bench_iterate(path: str, mixed: common.Mixed, repeats: int) -> dict:
+    expect = mixed.expect_touch()
+    ds = StreamingDataset(local=path, batch_size=256)
+    t, acc = timed(lambda: _iter_pass(ds))
+    assert acc == expect, (acc, expect)
+    first = summarize([t], mixed.n)
+    times = []
+    for _ in range(repeats):
+        t, acc = timed(lambda: _iter_pass(ds))
+        assert acc == expect
+        times.append(t)
+    warm = summarize(times, mixed.n)
+    log(f"iterate: first {first['samples_per_s']:,.0f}, warm {warm['samples_per_s']:,.0f} samples/s")
+    return {"default": {"first": first, "warm": warm}}
+
+
+def bench_random(path: str, indices: np.ndarray, mixed: common.Mixed, repeats: int) -> dict:
+    idx = indices.tolist()
+    expect = mixed.expect_touch(indices)
+    ds = StreamingDataset(local=path, batch_size=256)
+
+    def run() -> int:
+        acc = 0
+        for i in idx:
+            acc += touch(ds[i])
+        return acc
+
+    times = []
+    for _ in range(repeats):
+        t, acc = timed(run)
+        assert acc == expect, (acc, expect)
+        times.append(t)
+    r = summarize(times, len(idx))
+    log(f"random ds[i]: {r['samples_per_s']:,.0f} samples/s")
+    return {"default": r}
+
+
+def _batch_pass(ds, bs: int, columns) -> int:
+    n = 0
+    for b in ds.batches(bs, columns=columns):
+        n += len(b["label"])
+    return n
+
+
+def bench_batches_mixed(path: str, mixed: common.Mixed, bs: int, repeats: int) -> dict:
+    ds = StreamingDataset(local=path, batch_size=bs)
+    out = {}
+    tok_bytes = int(mixed.tokens.nbytes)
+    for name, cols, nbytes in (("all", None, mixed.payload_bytes),
+                               ("tokens+label", ["tokens", "label"], tok_bytes + 8 * mixed.n)):
+        _batch_pass(ds, bs, cols)  # warm-up pass (opens shards)
+        times = []
+        for _ in range(repeats):
+            t, n = timed(lambda: _batch_pass(ds, bs, cols))
+            assert n == mixed.n
+            times.append(t)
+        r = summarize(times, mixed.n, nbytes)
+        out[name] = r
+        log(f"batches({bs}) mixed {name}: {r['samples_per_s']:,.0f} samples/s, {r['GB_per_s']:.2f} GB/s")
+    # Correctness spot check of one batch against the source data.
+    b = next(ds.batches(bs, columns=["tokens", "label"]))
+    assert np.array_equal(b["tokens"].lengths, np.diff(mixed.tok_offsets[:bs + 1]))
+    assert np.array_equal(b["label"], mixed.labels[:bs])
+    return out
+
+
+def write_fixed(out: str, fx: common.Fixed) -> str | None:
+    """Write a fixed-shape dataset (not timed). Returns a note if a workaround was needed."""
+    samples = fx.samples()
+    try:
+        with MDSWriter(out=out, columns=fx.columns, exist_ok=True) as w:
+            for s in samples:
+                w.write(s)
+        return None
+    except EncodeError as exc:
+        # Pre-encoded bytes are accepted for fixed-size columns (the encoding of a fixed-shape
+        # ndarray is its raw C-order bytes), so the batch path can still be measured.
+        shutil.rmtree(out, ignore_errors=True)
+        key = fx.key
+        with MDSWriter(out=out, columns=fx.columns, exist_ok=True) as w:
+            for s in samples:
+                w.write({key: s[key].tobytes(), "label": s["label"]})
+        note = (f"MDSWriter refused the numpy arrays of {fx.columns[key]!r} ({exc}); the {fx.kind} dataset "
+                "was written from pre-encoded bytes instead (not timed)")
+        log("WARNING:", note)
+        return note
+
+
+def memcpy_baseline(fx: common.Fixed, bs: int, repeats: int) -> dict:
+    """Copy the same bytes (sample payloads + labels) from a preallocated array into a reused
+    preallocated output, one batch at a time."""
+    src = np.ascontiguousarray(fx.data.reshape(fx.n, -1).view(np.uint8))
+    labels = fx.labels
+    out = np.empty((bs, src.shape[1]), np.uint8)
+    out_l = np.empty(bs, labels.dtype)
+    n = fx.n
+
+    def run() -> None:
+        for lo in range(0, n, bs):
+            hi = min(lo + bs, n)
+            np.copyto(out[:hi - lo], src[lo:hi])
+            np.copyto(out_l[:hi - lo], labels[lo:hi])
+
+    run()
+    times = [timed(run)[0] for _ in range(repeats)]
+    return summarize(times, n, fx.payload_bytes)
+
+
+def bench_batches_fixed(work: str, kind: str, bs: int, repeats: int) -> dict:
+    fx = common.Fixed(os.path.join(work, f"{kind}.npz"), kind)
+    out = os.path.join(work, f"ss-{kind}")
+    shutil.rmtree(out, ignore_errors=True)
+    note = write_fixed(out, fx)
+    ds = StreamingDataset(local=out, batch_size=bs)
+    first_t, n = timed(lambda: _batch_pass(ds, bs, None))
+    assert n == fx.n
+    times = []
+    for _ in range(repeats):
+        t, n = timed(lambda: _batch_pass(ds, bs, None))
+        times.append(t)
+    r = summarize(times, fx.n, fx.payload_bytes)
+    r["first"] = summarize([first_t], fx.n, fx.payload_bytes)
+    b = next(ds.batches(bs))
+    assert np.array_equal(b[fx.key], fx.data[:bs]) and np.array_equal(b["label"], fx.labels[:bs])
+    base = memcpy_baseline(fx, bs, repeats)
+    r["memcpy"] = base
+    r["slowdown_vs_memcpy"] = base["samples_per_s"] / r["samples_per_s"]
+    r["sample_bytes"] = fx.sample_bytes
+    r["samples"] = fx.n
+    if note:
+        r["note"] = note
+    log(f"batches({bs}) {kind}: {r['samples_per_s']:,.0f} samples/s, {r['GB_per_s']:.2f} GB/s; memcpy "
+        f"{base['GB_per_s']:.2f} GB/s ({r['slowdown_vs_memcpy']:.2f}x)")
+    del ds, fx
+    gc.collect()
+    shutil.rmtree(out, ignore_errors=True)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=256)
+    args = ap.parse_args()
+    start = time.perf_counter()
+    log(f"shardstream {shardstream.__version__} (numpy {np.__version__})")
+    mixed = common.Mixed(os.path.join(args.work, "mixed.npz"))
+    indices = common.load_indices(os.path.join(args.work, "indices.npz"))
+    samples = mixed.samples()
+    res = {"library": "shardstream", "version": shardstream.__version__, **common.env_info()}
+    res["write"] = bench_write(args.work, mixed, samples, args.repeats)
+    del samples
+    gc.collect()
+    path = os.path.join(args.work, "ss-mixed")
+    res["iterate"] = bench_iterate(path, mixed, args.repeats)
+    res["random"] = bench_random(path, indices, mixed, args.repeats)
+    res["batches_mixed"] = bench_batches_mixed(path, mixed, args.batch_size, args.repeats)
+    shutil.rmtree(path, ignore_errors=True)
+    res["batches_fixed"] = {kind: bench_batches_fixed(args.work, kind, args.batch_size, args.repeats)
+                            for kind in ("vec", "img")}
+    res["elapsed_s"] = time.perf_counter() - start
+    common.emit(res, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Workload shared by every side of the benchmark (numpy only, no library imports).
+
+The driver (``bench/run.py``) generates the data ONCE from a seed and saves it as
+uncompressed ``.npz`` files under the work directory; each library's benchmark
+process (its own venv, its own numpy) loads those files, so every library writes
+and reads byte-identical samples, whatever numpy version it runs.
+
+Workloads:
+
+- ``mixed``: ~1.2 KB samples ``{"tokens": int32[64..512], "text": str (30..60 chars),
+  "label": int}``; MDS columns ``tokens: ndarray:int32, text: str, label: int``.
+- ``vec``:   fixed-shape ``{"x": float32[1024], "label": int}`` (4 KB + 8 B per sample);
+  MDS columns ``x: ndarray:float32:1024, label: int``.
+- ``img``:   fixed-shape ``{"img": uint8[3, 64, 64], "label": int}`` (12 KB + 8 B);
+  MDS columns ``img: ndarray:uint8:3,64,64, label: int``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+SEED = 20240611
+WORDS = ["stream", "shard", "token", "batch", "epoch", "node", "rank", "cache", "model", "loss",
+         "gradient", "optimizer", "loader", "worker", "index", "sample", "mosaic", "lightning"]
+
+MIXED_COLUMNS = {"tokens": "ndarray:int32", "text": "str", "label": "int"}
+VEC_COLUMNS = {"x": "ndarray:float32:1024", "label": "int"}
+IMG_COLUMNS = {"img": "ndarray:uint8:3,64,64", "label": "int"}
+FIXED_COLUMNS = {"vec": VEC_COLUMNS, "img": IMG_COLUMNS}
+FIXED_KEY = {"vec": "x", "img": "img"}
+
+
+# -- generation (driver only) ------------------------------------------------------------
+def _texts(rng: np.random.Generator, n: int) -> list[str]:
+    """Short sentences of 30..60 characters built from WORDS."""
+    picks = rng.integers(0, len(WORDS), (n, 12))
+    targets = rng.integers(30, 61, n)
+    out = []
+    for row, target in zip(picks.tolist(), targets.tolist()):
+        words, length = [], -1
+        for j in row:
+            w = WORDS[j]
+            if length + 1 + len(w) > target:
+                break
+            words.append(w)
+            length += 1 + len(w)
+        text = " ".join(words)
+        out.append((text + " " + "x" * 60)[:target] if len(text) < 30 else text)
+    return out
+
+
+def generate_mixed(path: str, n: int, seed: int = SEED) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(64, 513, n).astype(np.int64)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
+    labels = rng.integers(0, 10, n).astype(np.int64)
+    texts = _texts(rng, n)
+    encoded = [t.encode("utf-8") for t in texts]
+    text_offsets = np.zeros(n + 1, np.int64)
+    np.cumsum([len(b) for b in encoded], out=text_offsets[1:])
+    text_bytes = np.frombuffer(b"".join(encoded), np.uint8)
+    _save(path, tokens=tokens, tok_offsets=offsets, text_bytes=text_bytes, text_offsets=text_offsets,
+          labels=labels)
+
+
+def generate_fixed(path: str, kind: str, n: int, seed: int = SEED) -> None:
+    rng = np.random.default_rng(seed + (1 if kind == "vec" else 2))
+    if kind == "vec":
+        data = rng.standard_normal((n, 1024), dtype=np.float32)
+    else:
+        data = rng.integers(0, 256, (n, 3, 64, 64), dtype=np.uint8)
+    labels = rng.integers(0, 1000, n).astype(np.int64)
+    _save(path, data=data, labels=labels)
+
+
+def generate_indices(path: str, n_samples: int, count: int, seed: int = SEED) -> None:
+    rng = np.random.default_rng(seed + 7)
+    _save(path, indices=rng.integers(0, n_samples, count).astype(np.int64))
+
+
+def _save(path: str, **arrays: np.ndarray) -> None:
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+# -- loading (every side) -----------------------------------------------------------------
+class Mixed:
+    """The mixed workload, loaded from ``generate_mixed``'s file."""
+
+    def __init__(self, path: str) -> None:
+        with np.load(path) as z:
+            self.tokens = z["tokens"]
+            self.tok_offsets = z["tok_offsets"]
+            self.text_bytes = z["text_bytes"].tobytes()
+            self.text_offsets = z["text_offsets"]
+            self.labels = z["labels"]
+        self.n = len(self.labels)
+
+    def sample(self, i: int) -> dict[str, Any]:
+        o, t = self.tok_offsets, self.text_offsets
+        return {"tokens": self.tokens[o[i]:o[i + 1]],
+                "text": self.text_bytes[t[i]:t[i + 1]].decode("utf-8"),
+                "label": int(self.labels[i])}
+
+    def samples(self) -> list[dict[str, Any]]:
+        """Every sample as a dict (built before any timer starts)."""
+        o = self.tok_offsets.tolist()
+        t = self.text_offsets.tolist()
+        tb, tok = self.text_bytes, self.tokens
+        return [{"tokens": tok[o[i]:o[i + 1]], "text": tb[t[i]:t[i + 1]].decode("utf-8"), "label": lab}
+                for i, lab in enumerate(self.labels.tolist())]
+
+    @property
+    def payload_bytes(self) -> int:
+        """Logical bytes of all samples: token bytes + UTF-8 text bytes + 8 per int label."""
+        return int(self.tokens.nbytes + len(self.text_bytes) + 8 * self.n)
+
+    def expect_touch(self, indices=None) -> int:
+        """What ``touch`` summed over the given samples (all if None) must return."""
+        lengths = np.diff(self.tok_offsets)
+        if indices is None:
+            return int(lengths.sum() + self.labels.sum())
+        return int(lengths[indices].sum() + self.labels[indices].sum())
+
+
+class Fixed:
+    def __init__(self, path: str, kind: str) -> None:
+        with np.load(path) as z:
+            self.data = z["data"]
+            self.labels = z["labels"]
+        self.kind = kind
+        self.key = FIXED_KEY[kind]
+        self.columns = FIXED_COLUMNS[kind]
+        self.n = len(self.labels)
+
+    def samples(self) -> list[dict[str, Any]]:
+        d, key = self.data, self.key
+        return [{key: d[i], "label": lab} for i, lab in enumerate(self.labels.tolist())]
+
+    @property
+    def sample_bytes(self) -> int:
+        return int(self.data[0].nbytes + 8)
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.data.nbytes + 8 * self.n)
+
+
+def load_indices(path: str) -> np.ndarray:
+    with np.load(path) as z:
+        return z["indices"]
+
+
+def touch(sample: dict) -> int:
+    """What a training loop reads from a mixed sample: the token count and the label."""
+    return len(sample["tokens"]) + int(sample["label"])
+
+
+# -- timing -------------------------------------------------------------------------------
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def summarize(times: list[float], count: int, nbytes: int | None = None, how: str = "best") -> dict[str, Any]:
+    """Throughput from repeat times: ``best`` (min time) or ``median``."""
+    t = min(times) if how == "best" else statistics.median(times)
+    out = {"seconds": t, "times": times, "repeats": len(times), "stat": how, "count": count,
+           "samples_per_s": count / t}
+    if nbytes is not None:
+        out["bytes"] = nbytes
+        out["MB_per_s"] = nbytes / t / 1e6
+        out["GB_per_s"] = nbytes / t / 1e9
+    return out
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def emit(result: dict, path: str) -> None:
+    """Write one side's results as JSON (atomically)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, default=_jsonable)
+    os.replace(tmp, path)
+
+
+def _jsonable(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(type(x))
+
+
+def log(*args) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}]", *args, flush=True)
+
+
+def env_info() -> dict[str, Any]:
+    return {"python": platform.python_version(), "numpy": np.__version__}

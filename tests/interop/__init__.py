@@ -1,0 +1,1 @@
+"""Format-compatibility tests against the real mosaicml-streaming (run in the peer venv)."""
