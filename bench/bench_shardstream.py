@@ -125,25 +125,11 @@ def bench_batches_mixed(path: str, mixed: common.Mixed, bs: int, repeats: int) -
 
 
 def write_fixed(out: str, fx: common.Fixed) -> str | None:
-    """Write a fixed-shape dataset (not timed). Returns a note if a workaround was needed."""
-    samples = fx.samples()
-    try:
-        with MDSWriter(out=out, columns=fx.columns, exist_ok=True) as w:
-            for s in samples:
-                w.write(s)
-        return None
-    except EncodeError as exc:
-        # Pre-encoded bytes are accepted for fixed-size columns (the encoding of a fixed-shape
-        # ndarray is its raw C-order bytes), so the batch path can still be measured.
-        shutil.rmtree(out, ignore_errors=True)
-        key = fx.key
-        with MDSWriter(out=out, columns=fx.columns, exist_ok=True) as w:
-            for s in samples:
-                w.write({key: s[key].tobytes(), "label": s["label"]})
-        note = (f"MDSWriter refused the numpy arrays of {fx.columns[key]!r} ({exc}); the {fx.kind} dataset "
-                "was written from pre-encoded bytes instead (not timed)")
-        log("WARNING:", note)
-        return note
+    """Write a fixed-shape dataset (not timed)."""
+    with MDSWriter(out=out, columns=fx.columns, exist_ok=True) as w:
+        for s in fx.samples():
+            w.write(s)
+    return None
 
 
 def memcpy_baseline(fx: common.Fixed, bs: int, repeats: int) -> dict:

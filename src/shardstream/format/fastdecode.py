@@ -24,43 +24,23 @@ from .encodings import Encoding, Int, NDArray, Scalar, Str, Bytes
 _SHAPE_STRUCTS = [struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")]
 
 
-def _ndarray_decoder(mv: memoryview, base: int, enc: NDArray, corrupt: Callable[[str], Exception]):
-    """``f(a, z)``: the array stored at ``mv[a:z]``, a view when aligned, else a copy."""
+def _ndarray_decoder(mv: memoryview, base: int, enc: NDArray):
+    """``f(a, z)``: the fixed-shape array stored at ``mv[a:z]``, a view when aligned, else a copy."""
     dtype = enc.np_dtype
     isz = dtype.itemsize
     frombuffer = np.frombuffer
     fixed_shape = enc.shape
-    fallback = enc.decode
 
-    if fixed_shape is not None:
-        count = int(np.prod(fixed_shape))
-        reshape = len(fixed_shape) > 1
+    count = int(np.prod(fixed_shape))
+    reshape = len(fixed_shape) > 1
 
-        def fixed(a: int, z: int):
-            arr = frombuffer(mv, dtype, count, a)
-            if (base + a) % isz:
-                arr = arr.copy()
-            return arr.reshape(fixed_shape) if reshape else arr
-
-        return fixed
-
-    shape_structs = _SHAPE_STRUCTS
-
-    def variable(a: int, z: int):
-        head = mv[a]
-        if head >> 2 != 1:  # not 1-D: general path
-            return fallback(mv[a:z])
-        width = head & 3
-        (n,) = shape_structs[width].unpack_from(mv, a + 1)
-        p = a + 1 + (1 << width)
-        if n * isz != z - p:
-            raise corrupt(f"a {enc.name} value of {n} elements does not fill its {z - p} bytes")
-        arr = frombuffer(mv, dtype, n, p)
-        if (base + p) % isz:
+    def fixed(a: int, z: int):
+        arr = frombuffer(mv, dtype, count, a)
+        if (base + a) % isz:
             arr = arr.copy()
-        return arr
+        return arr.reshape(fixed_shape) if reshape else arr
 
-    return variable
+    return fixed
 
 
 def make_sample_decoder(
@@ -70,8 +50,8 @@ def make_sample_decoder(
     mv: memoryview,
     base: int,
     corrupt: Callable[[str], Exception],
-) -> Callable[[int, int], dict]:
-    """Build ``decode(begin, end)`` for samples stored in ``mv`` (whose address is ``base``)."""
+) -> tuple[Callable[[int, int], dict], Callable[[int], dict]]:
+    """Build ``decode(begin, end)`` and ``get(i)`` for samples stored in ``mv`` (whose address is ``base``)."""
     n_var = sum(1 for s in sizes if s is None)
     env: dict[str, Any] = {
         "mv": mv, "corrupt": corrupt, "CorruptShardError": CorruptShardError,
@@ -85,6 +65,7 @@ def make_sample_decoder(
     lines.append(f"        p0 = begin + {4 * n_var}")
     k_var = 0
     exprs = []
+    body: list[str] = []  # statements that run after the size check, before the dict is built
     for k, (name, enc, size) in enumerate(zip(names, encodings, sizes)):
         if size is None:
             lines.append(f"        p{k + 1} = p{k} + {var_names[k_var]}")
@@ -106,8 +87,28 @@ def make_sample_decoder(
             env[f"T{k}"] = enc._type
             env[f"S{k}"] = enc._struct.unpack_from
             expr = f"T{k}(S{k}(mv, {a})[0])"
-        elif isinstance(enc, NDArray) and enc.dtype is not None:
-            env[f"D{k}"] = _ndarray_decoder(mv, base, enc, corrupt)
+        elif isinstance(enc, NDArray) and enc.dtype is not None and enc.shape is None:
+            # 1-D arrays inline (the common token case); other shapes via the general decoder
+            isz = enc.np_dtype.itemsize
+            env[f"D{k}"] = enc.decode
+            env[f"DT{k}"] = enc.np_dtype
+            env["_fb"], env["_ss"], env["_base"] = np.frombuffer, [x.unpack_from for x in _SHAPE_STRUCTS], base
+            body += [
+                f"        h = mv[{a}]",
+                "        if h >> 2 == 1:",
+                f"            (n,) = _ss[h & 3](mv, {a} + 1)",
+                f"            q = {a} + 1 + (1 << (h & 3))",
+                f"            if n * {isz} != {z} - q:",
+                f"                raise corrupt(f'a {enc.name} value of {{n}} elements does not fill its {{{z} - q}} bytes')",
+                f"            v{k} = _fb(mv, DT{k}, n, q)",
+                f"            if (_base + q) % {isz}:",
+                f"                v{k} = v{k}.copy()",
+                "        else:",
+                f"            v{k} = D{k}(mv[{a}:{z}])",
+            ]
+            expr = f"v{k}"
+        elif isinstance(enc, NDArray) and enc.dtype is not None:  # fixed shape
+            env[f"D{k}"] = _ndarray_decoder(mv, base, enc)
             expr = f"D{k}({a}, {z})"
         else:
             env[f"D{k}"] = enc.decode
@@ -117,11 +118,15 @@ def make_sample_decoder(
     lines.append(f"        if {last} != end:")
     lines.append(f"            raise corrupt(f'a sample\\'s column sizes add to {{{last} - begin}} bytes, "
                  f"the sample is {{end - begin}}')")
+    lines += body
     lines.append("        return {" + ", ".join(exprs) + "}")
     lines.append("    except ShardstreamError:")
     lines.append("        raise")
     lines.append("    except (ValueError, IndexError, struct_error, UnicodeDecodeError) as exc:")
     lines.append("        raise corrupt(f'a sample could not be decoded ({type(exc).__name__}: {exc})') from None")
+    # get(i): sample i of the shard, reading its offsets from the table (i must be in range).
+    lines += ["", "def get(i):", "    begin, end = _pair(mv, 4 + 4 * i)", "    return decode(begin, end)"]
+    env["_pair"] = struct.Struct("<II").unpack_from
     source = "\n".join(lines)
     exec(compile(source, f"<shardstream decoder {','.join(names)}>", "exec"), env)
-    return env["decode"]
+    return env["decode"], env["get"]

@@ -40,7 +40,7 @@ class ShardReader:
         self._check_header()
         self.column_names = info.column_names
         base = np.frombuffer(self.mv, np.uint8).ctypes.data if len(self.mv) else 0
-        self.decode_at = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
+        self.decode_at, self.get_unchecked = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
                                              self.mv, base, self._corrupt)
 
     def _corrupt(self, what: str) -> CorruptShardError:

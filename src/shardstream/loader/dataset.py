@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import os
-import struct
+from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -21,8 +21,6 @@ from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
 from ..format.reader import ShardReader, open_shard
 from .options import DatasetOptions
-
-_PAIR = struct.Struct("<II")
 
 
 class StreamingDataset:
@@ -90,6 +88,7 @@ class StreamingDataset:
         self._starts = [0] + self._ends[:-1]
         self.num_samples = self._ends[-1] if self._ends else 0
         self._readers: list[Optional[ShardReader]] = [None] * len(self.shards)
+        self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -112,6 +111,11 @@ class StreamingDataset:
             r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, self._keep_zip)
             self._readers[shard] = r
         return r
+
+    def _open_getter(self, shard: int):
+        get = self.reader(shard).get_unchecked
+        self._getters[shard] = get
+        return get
 
     @property
     def _keep_zip(self) -> bool:
@@ -137,10 +141,9 @@ class StreamingDataset:
 
     def __getitem__(self, key):
         if type(key) is int and 0 <= key < self.num_samples:  # the hot path, inlined
-            shard = bisect.bisect_right(self._ends, key)
-            r = self._readers[shard] or self.reader(shard)
-            begin, end = _PAIR.unpack_from(r.mv, 4 + 4 * (key - self._starts[shard]))
-            return r.decode_at(begin, end)
+            shard = bisect_right(self._ends, key)
+            get = self._getters[shard] or self._open_getter(shard)
+            return get(key - self._starts[shard])
         if isinstance(key, (int, np.integer)):
             return self.get_item(int(key))
         if isinstance(key, slice):
@@ -210,6 +213,7 @@ class StreamingDataset:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_readers"] = [None] * len(self.shards)
+        state["_getters"] = [None] * len(self.shards)
         return state
 
 
