@@ -30,7 +30,7 @@ from ..errors import EncodeError, InvalidArgumentError, OutputExistsError, Write
 from ..units import parse_bytes
 from .atomic import TMP_PREFIX, atomic_write
 from .compression import compress, compression_extension, parse_compression
-from .encodings import get_encoding
+from .encodings import Int, Str, get_encoding
 from .hashing import check_hash, digest
 from .index import INDEX_BASENAME, FileInfo, ShardInfo, write_index_atomic
 
@@ -86,6 +86,7 @@ class ShardWriter:
         self._cols = list(zip(self.column_names, self._coders, self.column_sizes))
         self._n_var = sum(1 for s in self.column_sizes if s is None)
         self._head = struct.Struct(f"<{self._n_var}I")
+        self._fast_encode = make_sample_encoder(self._cols, self.encode_sample)
         self.config_data = json.dumps(self._config(), sort_keys=True).encode("utf-8")
         self._extra_per_shard = 8 + len(self.config_data)
 
@@ -164,7 +165,7 @@ class ShardWriter:
         """Add one sample; may complete a shard."""
         if self._closed:
             raise WriterError("this writer is finished; create a new MDSWriter to write more")
-        data = self.encode_sample(sample)
+        data = self._fast_encode(sample)
         need = len(data) + 4
         if self._extra_per_shard + need > MAX_SHARD_BYTES:
             raise EncodeError(
@@ -276,3 +277,41 @@ class ShardWriter:
                 fut.cancel()
             self._pending = []
             self._abort()
+
+
+def make_sample_encoder(cols: list, slow: Callable[[dict], bytes]) -> Callable[[dict], bytes]:
+    """A per-schema ``encode(sample) -> bytes`` for the common case: plain ``int``/``str``
+    values inline, other values through their encoding. Anything unusual (a missing
+    column, a wrong type, an overflow, a wrong fixed size) is handed to ``slow``, the
+    general encoder, which produces the same bytes or the precise :class:`EncodeError`."""
+    env: dict[str, Any] = {"slow": slow, "_q": struct.Struct("<q").pack}
+    n_var = sum(1 for _, _, size in cols if size is None)
+    env["_head"] = struct.Struct(f"<{n_var}I").pack
+    lines = ["def encode(sample):", "    try:"]
+    var_lens, parts, checks = [], [], []
+    for k, (name, coder, size) in enumerate(cols):
+        env[f"E{k}"] = coder.encode
+        lines.append(f"        v{k} = sample[{name!r}]")
+        general = f"(v{k} if type(v{k}) is bytes else E{k}(v{k}))"
+        if type(coder) is Int:
+            expr = f"_q(v{k}) if type(v{k}) is int else {general}"
+        elif type(coder) is Str:
+            expr = f"v{k}.encode('utf-8') if type(v{k}) is str else {general}"
+        else:
+            expr = general
+        lines.append(f"        d{k} = {expr}")
+        if size is None:
+            var_lens.append(f"len(d{k})")
+        else:
+            checks.append(f"len(d{k}) != {size}")
+        parts.append(f"d{k}")
+    if checks:
+        lines.append(f"        if {' or '.join(checks)}:")
+        lines.append("            return slow(sample)")
+    head = f"_head({', '.join(var_lens)})"
+    lines.append(f"        return b''.join(({head}, {', '.join(parts)}))")
+    lines.append("    except Exception:")
+    lines.append("        return slow(sample)")
+    exec(compile("\n".join(lines), "<shardstream encoder>", "exec"), env)
+    return env["encode"]
+
