@@ -110,17 +110,7 @@ def bench_random(path: str, indices, mixed: common.Mixed, repeats: int, default_
         idx = idx_arr.tolist()
         expect = mixed.expect_touch(idx_arr)
 
-        def run() -> int:
-            acc = 0
-            for i in idx:
-                acc += touch(ds[i])
-            return acc
-
-        times = []
-        for _ in range(reps):
-            t, acc = timed(run)
-            assert acc == expect, (acc, expect)
-            times.append(t)
+        times = common.random_access_times(ds, idx, expect, reps)
         r = summarize(times, len(idx))
         out[name] = r
         log(f"random ds[i] {name} ({len(idx)} indices): {r['samples_per_s']:,.0f} samples/s")

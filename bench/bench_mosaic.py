@@ -62,23 +62,8 @@ def write(out: str, columns: dict, samples: list, compression=None) -> None:
 
 
 def bench_write(work: str, mixed: common.Mixed, samples: list, repeats: int) -> dict:
-    res = {}
-    for comp, reps in ((None, repeats), ("zstd", max(1, repeats - 1))):
-        out = os.path.join(work, "mo-mixed" + (f"-{comp}" if comp else ""))
-        times = []
-        for _ in range(reps):
-            shutil.rmtree(out, ignore_errors=True)
-            gc.collect()
-            t, _ = timed(lambda: write(out, common.MIXED_COLUMNS, samples, comp))
-            times.append(t)
-        r = summarize(times, mixed.n, mixed.payload_bytes)
-        r["disk_bytes"] = common.dir_bytes(out)
-        res[comp or "none"] = r
-        log(f"write {comp or 'none'}: {r['samples_per_s']:,.0f} samples/s, {r['MB_per_s']:,.0f} MB/s")
-    shutil.rmtree(os.path.join(work, "mo-mixed-zstd"), ignore_errors=True)
-    return res
-
-
+    return common.bench_writes(work, "mo-mixed", mixed,
+                               lambda out, comp: write(out, common.MIXED_COLUMNS, samples, comp), repeats)
 def open_ds(path: str, predownload=None, batch_size: int = 256) -> StreamingDataset:
     return StreamingDataset(local=path, remote=None, shuffle=False, batch_size=batch_size, predownload=predownload)
 
@@ -125,17 +110,7 @@ def bench_random(path: str, indices: np.ndarray, mixed: common.Mixed, repeats: i
     expect = mixed.expect_touch(indices)
     ds = open_ds(path)
 
-    def run() -> int:
-        acc = 0
-        for i in idx:
-            acc += touch(ds[i])
-        return acc
-
-    times = []
-    for _ in range(repeats):
-        t, acc = timed(run)
-        assert acc == expect, (acc, expect)
-        times.append(t)
+    times = common.random_access_times(ds, idx, expect, repeats)
     r = summarize(times, len(idx))
     log(f"random ds[i]: {r['samples_per_s']:,.0f} samples/s")
     _drop(ds)

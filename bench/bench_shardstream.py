@@ -34,23 +34,7 @@ def write_mixed(out: str, samples: list, compression) -> None:
 
 
 def bench_write(work: str, mixed: common.Mixed, samples: list, repeats: int) -> dict:
-    res = {}
-    for comp, reps in ((None, repeats), ("zstd", max(1, repeats - 1))):
-        out = os.path.join(work, "ss-mixed" + (f"-{comp}" if comp else ""))
-        times = []
-        for _ in range(reps):
-            shutil.rmtree(out, ignore_errors=True)
-            gc.collect()
-            t, _ = timed(lambda: write_mixed(out, samples, comp))
-            times.append(t)
-        r = summarize(times, mixed.n, mixed.payload_bytes)
-        r["disk_bytes"] = common.dir_bytes(out)
-        res[comp or "none"] = r
-        log(f"write {comp or 'none'}: {r['samples_per_s']:,.0f} samples/s, {r['MB_per_s']:,.0f} MB/s")
-    shutil.rmtree(os.path.join(work, "ss-mixed-zstd"), ignore_errors=True)
-    return res
-
-
+    return common.bench_writes(work, "ss-mixed", mixed, lambda out, comp: write_mixed(out, samples, comp), repeats)
 def _iter_pass(ds) -> int:
     acc = 0
     for s in ds:
@@ -79,17 +63,7 @@ def bench_random(path: str, indices: np.ndarray, mixed: common.Mixed, repeats: i
     expect = mixed.expect_touch(indices)
     ds = StreamingDataset(local=path, batch_size=256)
 
-    def run() -> int:
-        acc = 0
-        for i in idx:
-            acc += touch(ds[i])
-        return acc
-
-    times = []
-    for _ in range(repeats):
-        t, acc = timed(run)
-        assert acc == expect, (acc, expect)
-        times.append(t)
+    times = common.random_access_times(ds, idx, expect, repeats)
     r = summarize(times, len(idx))
     log(f"random ds[i]: {r['samples_per_s']:,.0f} samples/s")
     return {"default": r}

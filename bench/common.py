@@ -220,3 +220,48 @@ def log(*args) -> None:
 
 def env_info() -> dict[str, Any]:
     return {"python": platform.python_version(), "numpy": np.__version__}
+
+
+def repeat_checked(run: Callable[[], Any], expect: Any, repeats: int) -> list[float]:
+    """Time ``run`` ``repeats`` times; every run must return ``expect``."""
+    times = []
+    for _ in range(repeats):
+        t, acc = timed(run)
+        assert acc == expect, (acc, expect)
+        times.append(t)
+    return times
+
+
+def random_access_times(ds, idx: list, expect: int, repeats: int) -> list[float]:
+    """Time ``touch(ds[i])`` over ``idx``, checked against ``expect``."""
+
+    def run() -> int:
+        acc = 0
+        for i in idx:
+            acc += touch(ds[i])
+        return acc
+
+    return repeat_checked(run, expect, repeats)
+
+
+def bench_writes(work: str, prefix: str, mixed, write: Callable[[str, Any], None], repeats: int) -> dict:
+    """Time ``write(out, compression)`` without compression and with zstd (one repeat fewer)."""
+    import gc
+    import shutil
+
+    res = {}
+    for comp, reps in ((None, repeats), ("zstd", max(1, repeats - 1))):
+        out = os.path.join(work, prefix + (f"-{comp}" if comp else ""))
+        times = []
+        for _ in range(reps):
+            shutil.rmtree(out, ignore_errors=True)
+            gc.collect()
+            t, _ = timed(lambda: write(out, comp))
+            times.append(t)
+        r = summarize(times, mixed.n, mixed.payload_bytes)
+        r["disk_bytes"] = dir_bytes(out)
+        res[comp or "none"] = r
+        log(f"write {comp or 'none'}: {r['samples_per_s']:,.0f} samples/s, {r['MB_per_s']:,.0f} MB/s")
+    shutil.rmtree(os.path.join(work, prefix + "-zstd"), ignore_errors=True)
+    return res
+
