@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import log, summarize, timed, touch  # noqa: E402
+from common import log, summarize, timed  # noqa: E402
 
 _MIXED = None
 

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import log, summarize, timed, touch  # noqa: E402
+from common import log, summarize, timed  # noqa: E402
 
 import streaming  # noqa: E402
 from streaming import MDSWriter, StreamingDataset  # noqa: E402

@@ -19,11 +19,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import log, summarize, timed, touch  # noqa: E402
+from common import log, summarize, timed  # noqa: E402
 
 import shardstream  # noqa: E402
 from shardstream import MDSWriter, StreamingDataset  # noqa: E402
-from shardstream.errors import EncodeError  # noqa: E402
 
 
 def write_mixed(out: str, samples: list, compression) -> None:

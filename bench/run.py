@@ -247,7 +247,6 @@ def render(R: dict) -> str:
     # 1. write
     L += ["## 1. Write throughput (mixed)", ""]
     rows = []
-    mo_w = {c: get(mo, "write", c, "samples_per_s") for c in ("none", "zstd")}
     for name, r, comp, what in (
         ("shardstream `MDSWriter`", get(ss, "write", "none"), "none", "none"),
         ("mosaicml-streaming `MDSWriter`", get(mo, "write", "none"), "none", "none"),
@@ -369,7 +368,7 @@ def render(R: dict) -> str:
     L += ["", f"{met} of {len(R['summary'])} targets met in this run.", ""]
 
     L += ["## Method", "",
-          f"- Each library runs in its own subprocess (shardstream in the project venv, the peers in the peer "
+          "- Each library runs in its own subprocess (shardstream in the project venv, the peers in the peer "
           "venv), sequentially. Per-side wall times: "
           + ", ".join(f"{NAMES[s]} {R[s]['wall_s']:.0f} s" for s in SIDES if s in R) + ".",
           f"- Repeats: `--repeats {cfg['repeats']}`. Throughput is from the best (minimum-time) repeat; the "

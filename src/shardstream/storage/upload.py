@@ -26,7 +26,6 @@ def is_remote(url: str) -> bool:
 def filesystem(url: str, storage_options: Optional[dict] = None):
     """The fsspec filesystem and the path within it for ``url``."""
     try:
-        import fsspec
         from fsspec.core import url_to_fs
     except ImportError as exc:  # pragma: no cover - fsspec is a core dependency
         raise MissingDependencyError("remote output needs fsspec: pip install fsspec") from exc
