@@ -11,7 +11,6 @@ top-level function of an importable module and ``main`` must sit behind the
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import shutil
@@ -121,12 +120,7 @@ def bench_random(path: str, indices, mixed: common.Mixed, repeats: int, default_
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--default-random-subset", type=int, default=5000)
-    args = ap.parse_args()
+    args = common.side_args(default_random_subset=5000)
     start = time.perf_counter()
     import litdata
     import numpy as np

@@ -9,7 +9,6 @@ the main process (no DataLoader), as a single-process training loop would.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import re
@@ -157,12 +156,7 @@ def bench_stack(work: str, kind: str, bs: int, predownload, warm_repeats: int) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=256)
-    args = ap.parse_args()
+    args = common.side_args(batch_size=256)
     start = time.perf_counter()
     clean_shm()
     import torch

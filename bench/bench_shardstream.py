@@ -8,7 +8,6 @@ results as JSON. Also measures the numpy memcpy baseline for the batch path.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import shutil
@@ -157,12 +156,7 @@ def bench_batches_fixed(work: str, kind: str, bs: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch-size", type=int, default=256)
-    args = ap.parse_args()
+    args = common.side_args(batch_size=256)
     start = time.perf_counter()
     log(f"shardstream {shardstream.__version__} (numpy {np.__version__})")
     mixed = common.Mixed(os.path.join(args.work, "mixed.npz"))

@@ -265,3 +265,16 @@ def bench_writes(work: str, prefix: str, mixed, write: Callable[[str, Any], None
     shutil.rmtree(os.path.join(work, prefix + "-zstd"), ignore_errors=True)
     return res
 
+
+def side_args(**extra_int_options: int):
+    """Command-line options every benchmark side takes, plus ``--name`` int options with defaults."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    for name, default in extra_int_options.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=int, default=default)
+    return ap.parse_args()
+
