@@ -16,15 +16,21 @@ def _pil():
     return require("PIL.Image", "images", "image encodings (pil, jpeg, png)")
 
 
+def _require_image(enc: Encoding, value):
+    """Pillow's Image module, after checking that ``value`` is an image."""
+    image = _pil()
+    if not isinstance(value, image.Image):
+        raise _type_error(enc, value, "PIL.Image.Image")
+    return image
+
+
 class PILRaw(Encoding):
     """Raw pixels: uint32 width, height, len(mode), then mode and pixel bytes."""
 
     name = "pil"
 
     def encode(self, value):
-        image = _pil()
-        if not isinstance(value, image.Image):
-            raise _type_error(self, value, "PIL.Image.Image")
+        _require_image(self, value)
         mode = value.mode.encode("utf-8")
         width, height = value.size
         return struct.pack("<III", width, height, len(mode)) + mode + value.tobytes()
@@ -49,9 +55,7 @@ class _Compressed(Encoding):
     format = ""
 
     def encode(self, value):
-        image = _pil()
-        if not isinstance(value, image.Image):
-            raise _type_error(self, value, "PIL.Image.Image")
+        _require_image(self, value)
         return self._encode_image(value)
 
     def _encode_image(self, value) -> bytes:

@@ -21,7 +21,7 @@ import os
 import shutil
 import struct
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -183,7 +183,7 @@ class ShardWriter:
 
     def flush_shard(self) -> None:
         """Complete the current shard (no-op when it holds no samples)."""
-        self._raise_failed()
+        self._check_jobs()
         if not self._sizes:
             return
         n = len(self._sizes)
@@ -195,8 +195,9 @@ class ShardWriter:
         body = self._buf
         index = len(self.shards)
         self.shards.append(None)  # placeholder, filled in order by the worker
-        while len(self._pending) >= self._max_pending:
-            self._pending.pop(0).result()
+        if len(self._pending) >= self._max_pending:  # bound the memory held by shards in flight
+            wait(self._pending[:len(self._pending) - self._max_pending + 1])
+            self._check_jobs()
         self._pending.append(self._pool.submit(self._store_shard, index, n, header, body))
         self._reset()
 
@@ -221,21 +222,15 @@ class ShardWriter:
         if self._on_file is not None:
             self._on_file(path, stored.basename)
 
-    def _raise_failed(self) -> None:
-        for fut in [f for f in self._pending if f.done()]:
-            self._pending.remove(fut)
-            exc = fut.exception()
-            if exc is not None:
-                self._abort()
-                raise WriterError(f"writing a shard failed: {type(exc).__name__}: {exc}") from exc
-
-    def _drain(self) -> None:
-        pending, self._pending = self._pending, []
-        first = None
-        for fut in pending:
-            exc = fut.exception()
-            if exc is not None and first is None:
-                first = exc
+    def _check_jobs(self, all_jobs: bool = False) -> None:
+        """Collect finished shard jobs (all of them when ``all_jobs``); on the first failure,
+        abort (no index is written) and raise it as a :class:`WriterError`."""
+        if all_jobs:
+            done, self._pending = self._pending, []
+        else:
+            done = [f for f in self._pending if f.done()]
+            self._pending = [f for f in self._pending if not f.done()]
+        first = next((f.exception() for f in done if f.exception() is not None), None)
         if first is not None:
             self._abort()
             if isinstance(first, WriterError):
@@ -247,7 +242,7 @@ class ShardWriter:
         if self._closed:
             return
         self.flush_shard()
-        self._drain()
+        self._check_jobs(all_jobs=True)
         self._pool.shutdown(wait=True)
         self._closed = True
         path = write_index_atomic(self.local, self.shards)

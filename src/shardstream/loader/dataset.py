@@ -8,7 +8,6 @@ refused with :class:`~shardstream.errors.NotYetSupportedError` when set.
 
 from __future__ import annotations
 
-import bisect
 import os
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
@@ -108,7 +107,8 @@ class StreamingDataset:
         """The open reader of shard ``shard`` (opened, and decompressed, on first use)."""
         r = self._readers[shard]
         if r is None:
-            r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, self._keep_zip)
+            # keep_zip: with no remote, the compressed files are the only copy; never delete them.
+            r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, keep_zip=True)
             self._readers[shard] = r
         return r
 
@@ -116,16 +116,6 @@ class StreamingDataset:
         get = self.reader(shard).get_unchecked
         self._getters[shard] = get
         return get
-
-    @property
-    def _keep_zip(self) -> bool:
-        # With no remote, the compressed files are the only copy: never delete them.
-        return True
-
-    def locate(self, index: int) -> tuple[int, int]:
-        """(shard, index within shard) of global sample ``index``."""
-        shard = bisect.bisect_right(self._ends, index)
-        return shard, index - self._starts[shard]
 
     # -- random access --------------------------------------------------------------
     def get_item(self, sample_id: int, retry: int = 7) -> dict[str, Any]:
@@ -135,9 +125,9 @@ class StreamingDataset:
             i += self.num_samples
         if not 0 <= i < self.num_samples:
             raise SampleIndexError(f"sample index {sample_id} is out of range for a dataset of {self.num_samples} samples")
-        shard = bisect.bisect_right(self._ends, i)
-        r = self._readers[shard] or self.reader(shard)
-        return r.get(i - self._starts[shard])
+        shard = bisect_right(self._ends, i)
+        get = self._getters[shard] or self._open_getter(shard)
+        return get(i - self._starts[shard])
 
     def __getitem__(self, key):
         if type(key) is int and 0 <= key < self.num_samples:  # the hot path, inlined
@@ -200,7 +190,7 @@ class StreamingDataset:
 
     def _range_batch(self, lo: int, hi: int, columns) -> dict[str, Any]:
         parts = []
-        shard = bisect.bisect_right(self._ends, lo)
+        shard = bisect_right(self._ends, lo)
         while lo < hi:
             base = self._starts[shard]
             stop = min(hi, self._ends[shard])
