@@ -73,19 +73,8 @@ def bench_write(work: str, mixed: common.Mixed, repeats: int) -> tuple[dict, str
 def bench_iterate(path: str, mixed: common.Mixed, warm_repeats: int) -> dict:
     import litdata
 
-    expect = mixed.expect_touch()
     ds = litdata.StreamingDataset(path)
-    t, acc = timed(lambda: common.touch_all(ds))
-    assert acc == expect, (acc, expect)
-    first = summarize([t], mixed.n)
-    times = []
-    for _ in range(warm_repeats):
-        t, acc = timed(lambda: common.touch_all(ds))
-        assert acc == expect
-        times.append(t)
-    warm = summarize(times, mixed.n)
-    log(f"iterate: first {first['samples_per_s']:,.0f}, warm {warm['samples_per_s']:,.0f} samples/s")
-    return {"default": {"first": first, "warm": warm}}
+    return {"default": common.first_and_warm(ds, mixed, warm_repeats)}
 
 
 def bench_random(path: str, indices, mixed: common.Mixed, repeats: int, default_subset: int) -> dict:

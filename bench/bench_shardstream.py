@@ -34,19 +34,8 @@ def write_mixed(out: str, samples: list, compression) -> None:
 def bench_write(work: str, mixed: common.Mixed, samples: list, repeats: int) -> dict:
     return common.bench_writes(work, "ss-mixed", mixed, lambda out, comp: write_mixed(out, samples, comp), repeats)
 def bench_iterate(path: str, mixed: common.Mixed, repeats: int) -> dict:
-    expect = mixed.expect_touch()
     ds = StreamingDataset(local=path, batch_size=256)
-    t, acc = timed(lambda: common.touch_all(ds))
-    assert acc == expect, (acc, expect)
-    first = summarize([t], mixed.n)
-    times = []
-    for _ in range(repeats):
-        t, acc = timed(lambda: common.touch_all(ds))
-        assert acc == expect
-        times.append(t)
-    warm = summarize(times, mixed.n)
-    log(f"iterate: first {first['samples_per_s']:,.0f}, warm {warm['samples_per_s']:,.0f} samples/s")
-    return {"default": {"first": first, "warm": warm}}
+    return {"default": common.first_and_warm(ds, mixed, repeats)}
 
 
 def bench_random(path: str, indices: np.ndarray, mixed: common.Mixed, repeats: int) -> dict:

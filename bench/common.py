@@ -286,3 +286,12 @@ def touch_all(ds) -> int:
         acc += len(s["tokens"]) + s["label"]
     return acc
 
+
+def first_and_warm(ds, mixed, repeats: int) -> dict:
+    """Time one first pass over ``ds`` and ``repeats`` warm passes, each checked."""
+    expect = mixed.expect_touch()
+    first = summarize(repeat_checked(lambda: touch_all(ds), expect, 1), mixed.n)
+    warm = summarize(repeat_checked(lambda: touch_all(ds), expect, repeats), mixed.n)
+    log(f"iterate: first {first['samples_per_s']:,.0f}, warm {warm['samples_per_s']:,.0f} samples/s")
+    return {"first": first, "warm": warm}
+
