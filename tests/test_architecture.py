@@ -63,3 +63,14 @@ def test_import_is_light():
             "print(','.join(m for m in ('torch', 'jax', 'PIL', 'brotli', 'snappy', 's3fs', 'gcsfs') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_plan_imports_numpy_only():
+    """plan/ is pure: numpy and the standard library's typing helpers, nothing that does I/O."""
+    allowed = {"__future__", "numpy", "math", "dataclasses", "typing", "collections.abc", "shardstream.errors"}
+    offenders = {}
+    for p in _files("plan"):
+        bad = {n for n in _imports(p) if n not in allowed and not n.startswith("shardstream.plan")}
+        if bad:
+            offenders[str(p)] = sorted(bad)
+    assert _files("plan") and offenders == {}

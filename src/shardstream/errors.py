@@ -76,6 +76,10 @@ class NotYetSupportedError(ShardstreamError, NotImplementedError):
     """An option that is accepted for compatibility but not implemented in this version."""
 
 
+class IncompatibleStateError(ShardstreamError, ValueError):
+    """A resumption state that does not belong to this dataset or these settings."""
+
+
 def require(module: str, extra: str, feature: str):
     """Import an optional dependency or raise :class:`MissingDependencyError`
     naming the extra that provides it."""

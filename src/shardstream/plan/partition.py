@@ -1,0 +1,144 @@
+"""How the regions share global batches, and how a global batch is cut among ranks and workers.
+
+With ``C`` regions and a global batch of ``G`` positions, let ``d = gcd(C, G)``.
+Every global step is cut into ``d`` equal slices of ``a = G/d`` offsets, and slice
+``n`` belongs to the ``b = C/d`` regions ``n*b .. n*b + b - 1``, which take its
+positions round-robin, counting across steps: the ``j``-th position the slice
+group has ever supplied (``j = k*a + o'`` at offset ``o'`` of step ``k``) is sample
+``j // b`` of region ``n*b + j % b``. Hence
+
+- every region moves at the same pace, within one sample;
+- when the physical node count ``P`` divides both ``C`` and ``G``, node ``n``'s part
+  of every global batch (offsets ``[n*G/P, (n+1)*G/P)``) is served by regions
+  ``n*C/P .. (n+1)*C/P - 1`` only, so the node reads only those regions' shards;
+- position -> (region, sample of region) is closed-form arithmetic.
+
+Ranks take consecutive per-device batches of every global step, in rank order;
+DataLoader workers of a rank take whole steps round-robin, which is the order in
+which a PyTorch DataLoader collects them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+
+TAILS = ("pad", "drop")
+
+
+class Interleave:
+    """The region schedule for ``regions`` regions and a global batch of ``g``."""
+
+    def __init__(self, regions: int, g: int) -> None:
+        self.regions = regions
+        self.g = g
+        d = math.gcd(regions, g) if regions else 1
+        self.a = g // d  # offsets per slice per step
+        self.b = max(regions // d, 1)  # regions per slice
+
+    def locate(self, k: np.ndarray, o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Region and region-local index of offset ``o`` of step ``k``."""
+        n, inner = np.divmod(o, self.a)
+        j = k * self.a + inner
+        q, r = np.divmod(j, self.b)
+        return n * self.b + r, q
+
+    def _count(self, x, c):
+        """How many of the first ``x`` positions of ``c``'s slice group went to region ``c``."""
+        r = np.asarray(c, np.int64) % self.b
+        return np.maximum((np.asarray(x, np.int64) - r + self.b - 1) // self.b, 0)
+
+    def consumed(self, k) -> np.ndarray:
+        """Samples each region has supplied after ``k`` whole steps."""
+        c = np.arange(self.regions, dtype=np.int64)
+        return self._count(np.int64(k) * self.a, c)
+
+    def progress(self, position: int) -> np.ndarray:
+        """Samples each region has supplied to positions ``[0, position)``."""
+        k, o = divmod(int(position), self.g)
+        c = np.arange(self.regions, dtype=np.int64)
+        inner = np.clip(o - (c // self.b) * self.a, 0, self.a)
+        return self._count(k * self.a + inner, c)
+
+    def steps(self, remaining, tail: str) -> int:
+        """Global steps until the regions holding ``remaining`` samples are done.
+
+        ``pad``: the fewest steps after which every region is used up (regions that
+        run out first repeat samples). ``drop``: the most steps in which no region
+        runs out (the other regions' last samples are left out).
+        """
+        r = np.maximum(np.asarray(remaining, np.int64), 0)
+        if r.size == 0:
+            return 0
+        c = np.arange(self.regions, dtype=np.int64) % self.b
+        if tail == "pad":  # smallest k with k*a >= (r - 1)*b + c + 1
+            need = np.where(r > 0, -(-((r - 1) * self.b + c + 1) // self.a), 0)
+            return int(need.max())
+        return int(((r * self.b + c) // self.a).min())  # largest k with k*a <= r*b + c
+
+
+@dataclass(frozen=True)
+class World:
+    """Who is reading: physical nodes, ranks per node, DataLoader workers per rank.
+
+    ``num_workers=0`` means the rank reads in its own process (one reader).
+    ``replication`` ranks in a row receive the same samples (tensor parallelism).
+    """
+
+    num_nodes: int = 1
+    ranks_per_node: int = 1
+    node: int = 0
+    local_rank: int = 0
+    num_workers: int = 0
+    worker: int = 0
+    replication: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "ranks_per_node", "replication"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name}={value!r} must be an int >= 1")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise InvalidArgumentError(f"num_workers={self.num_workers!r} must be an int >= 0")
+        _index("node", self.node, self.num_nodes)
+        _index("local_rank", self.local_rank, self.ranks_per_node)
+        _index("worker", self.worker, max(self.num_workers, 1))
+        if self.world_size % self.replication:
+            raise InvalidArgumentError(
+                f"replication={self.replication} must divide the number of ranks ({self.world_size}); "
+                "choose a replication factor that divides nodes * ranks_per_node"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.ranks_per_node
+
+    @property
+    def rank(self) -> int:
+        return self.node * self.ranks_per_node + self.local_rank
+
+    @property
+    def readers(self) -> int:
+        """Ranks that read distinct samples."""
+        return self.world_size // self.replication
+
+    @property
+    def reader(self) -> int:
+        return self.rank // self.replication
+
+    @property
+    def workers(self) -> int:
+        return max(self.num_workers, 1)
+
+    def with_worker(self, worker: int, num_workers: int) -> World:
+        return World(self.num_nodes, self.ranks_per_node, self.node, self.local_rank, num_workers, worker,
+                     self.replication)
+
+
+def _index(name: str, value, count: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        raise InvalidArgumentError(f"{name}={value!r} must be an int in [0, {count})")
