@@ -128,12 +128,10 @@ def test_pkl_needs_allow_unsafe_types(tmp_path, make_dataset):
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"shuffle": True},
     {"remote": "s3://bucket/data"},
     {"streams": [object()]},
     {"cache_limit": "10gb"},
     {"epoch_size": 100},
-    {"replication": 2},
 ])
 def test_not_yet_supported_options(tmp_path, make_dataset, kwargs):
     out = make_dataset(tmp_path, {"a": "int"}, [{"a": 1}])

@@ -1,9 +1,12 @@
-"""``StreamingDataset``: the samples of an MDS dataset, by index, in order, or in batches.
+"""``StreamingDataset``: the samples of an MDS dataset, by index, in epoch order, or in batches.
 
 The constructor takes mosaicml-streaming's keywords so existing code moves over by
-changing the import. This version reads datasets from a local directory; the
-options that need shuffling, mixing or remote storage are accepted by name and
-refused with :class:`~shardstream.errors.NotYetSupportedError` when set.
+changing the import. Iteration follows the epoch plan (:mod:`shardstream.plan`):
+the same global order for any number of nodes, ranks and workers, shuffled with
+download locality, resumable at any position through ``state_dict`` /
+``load_state_dict``. This version reads datasets from a local directory; the
+options that need mixing or remote storage are accepted by name and refused with
+:class:`~shardstream.errors.NotYetSupportedError` when set.
 """
 
 from __future__ import annotations
@@ -13,21 +16,26 @@ from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
+import xxhash
 
 from ..errors import InvalidArgumentError, NotYetSupportedError, SampleIndexError, UnsafeEncodingError
 from ..format.batch import concat_batches, decode_batch, decode_range
 from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
 from ..format.reader import ShardReader, open_shard
+from ..plan import World
 from .options import DatasetOptions
+from .order import Order
+from .world import detect_world
 
 
 class StreamingDataset:
     """An MDS dataset read from ``local`` (optionally its ``split`` subdirectory).
 
     Samples are dicts of column -> value. ``len(ds)`` is the number of samples;
-    ``ds[i]`` accepts ints (negative too), slices, lists and numpy integer arrays;
-    iteration yields every sample in order; :meth:`batches` yields column arrays.
+    ``ds[i]`` accepts ints (negative too), slices, lists and numpy integer arrays
+    (indices are the dataset's own order); iteration yields this reader's share of
+    the next epoch in plan order; :meth:`batches` yields column arrays in index order.
     """
 
     def __init__(
@@ -58,6 +66,7 @@ class StreamingDataset:
         replication: Optional[int] = None,
         stream_name: str = "stream",
         stream_config: Optional[dict] = None,
+        epoch_tail: str = "pad",
     ) -> None:
         self.options = DatasetOptions(
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
@@ -66,9 +75,10 @@ class StreamingDataset:
             num_canonical_nodes=num_canonical_nodes, batch_size=batch_size, shuffle=shuffle,
             shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed, shuffle_block_size=shuffle_block_size,
             batching_method=batching_method, allow_unsafe_types=allow_unsafe_types, replication=replication,
+            epoch_tail=epoch_tail,
         )
         _refuse_unsupported(streams=streams, remote=remote, local=local, epoch_size=epoch_size,
-                            cache_limit=cache_limit, shuffle=shuffle, replication=replication)
+                            cache_limit=cache_limit)
         if validate_hash:
             check_hash(validate_hash)
         if local is None:
@@ -88,6 +98,8 @@ class StreamingDataset:
         self.num_samples = self._ends[-1] if self._ends else 0
         self._readers: list[Optional[ShardReader]] = [None] * len(self.shards)
         self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
+        fingerprint = xxhash.xxh64(self.shard_sizes.astype("<i8").tobytes()).hexdigest()
+        self._order = Order(self.shard_sizes, self.options, fingerprint)
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -149,10 +161,83 @@ class StreamingDataset:
             )
         return [self.get_item(int(i)) for i in arr.tolist()]
 
-    # -- iteration ------------------------------------------------------------------
+    # -- iteration in epoch order ----------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for shard in range(len(self.shards)):
-            yield from self.reader(shard).iter_range()
+        return self.iterate()
+
+    def iterate(self, world: Optional[World] = None) -> Iterator[dict[str, Any]]:
+        """Start the next pass and return an iterator over this reader's share of it.
+
+        ``world`` defaults to the launcher's environment (``RANK``, ``WORLD_SIZE``,
+        ``LOCAL_WORLD_SIZE``) and the DataLoader worker this runs in. The pass is the
+        pending resumption point if :meth:`load_state_dict` was called, else the next
+        epoch from its start. Samples come in global steps of
+        ``batch_size * ranks``; this reader yields its ``batch_size`` slice of each.
+        """
+        world = world or detect_world(self.options.replication)
+        current = self._order.begin(world)
+        return self._samples(current)
+
+    def _samples(self, current) -> Iterator[dict[str, Any]]:
+        ends = np.asarray(self._ends, np.int64)
+        starts = np.asarray(self._starts, np.int64)
+        getters = self._getters
+        for _, ids in current.plan.iter_worker(current.world, current.start):
+            flat = ids.ravel()
+            shards = np.searchsorted(ends, flat, side="right")
+            offsets = (flat - starts[shards]).tolist()
+            for shard, off in zip(shards.tolist(), offsets):
+                get = getters[shard] or self._open_getter(shard)
+                sample = get(off)
+                current.yielded += 1
+                yield sample
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next pass runs (unless a loaded state says otherwise)."""
+        return self._order.next_epoch
+
+    @next_epoch.setter
+    def next_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidArgumentError(f"next_epoch={epoch!r} must be an int >= 0")
+        self._order.next_epoch = epoch
+        self._order.pending = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass run ``epoch`` from its start (like ``DistributedSampler.set_epoch``)."""
+        self.next_epoch = epoch
+
+    def epoch_plan(self, epoch: Optional[int] = None, world: Optional[World] = None):
+        """The :class:`~shardstream.plan.EpochPlan` of ``epoch`` (default: the next) for ``world``."""
+        world = world or detect_world(self.options.replication)
+        order = self._order
+        spec = order.spec(world)
+        return order.plan(spec).epoch(order.next_epoch if epoch is None else epoch, order.global_batch(world))
+
+    # -- resumption -------------------------------------------------------------------
+    def state_dict(self, num_samples: Optional[int] = None, from_beginning: bool = True) -> dict[str, Any]:
+        """A plain-JSON dict that resumes the epoch after ``num_samples`` consumed samples.
+
+        ``num_samples`` counts the samples the whole job consumed this epoch (all ranks),
+        from the epoch's start (``from_beginning=True``) or from where this run resumed.
+        Leave it out when iterating in this process with no DataLoader workers: the
+        samples this process yielded are counted (whole global steps when there are
+        several ranks).
+        """
+        return self._order.state_dict(num_samples, from_beginning, self._world_now())
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict` at the next pass, on any world size.
+
+        Refused with :class:`~shardstream.errors.IncompatibleStateError` if the state
+        belongs to another dataset or to other order settings (the message says which).
+        """
+        self._order.load_state_dict(obj, self._world_now())
+
+    def _world_now(self) -> World:
+        cur = self._order.current
+        return cur.world if cur is not None else detect_world(self.options.replication)
 
     # -- batches --------------------------------------------------------------------
     def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -223,8 +308,6 @@ def _refuse_unsupported(**given) -> None:
         "remote": "streaming from a remote location",
         "epoch_size": "epoch_size (stream mixing)",
         "cache_limit": "cache_limit (shard cache eviction)",
-        "shuffle": "shuffle=True",
-        "replication": "replication",
     }
     for key, what in pending.items():
         value = given[key]

@@ -11,6 +11,7 @@ SHUFFLE_ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
 PARTITION_ALGOS = ("orig", "relaxed")
 SAMPLING_METHODS = ("balanced", "fixed")
 BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
+EPOCH_TAILS = ("pad", "drop")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -44,6 +45,7 @@ class DatasetOptions:
     batching_method: str = "random"
     allow_unsafe_types: bool = False
     replication: Optional[int] = None
+    epoch_tail: str = "pad"
 
     def __post_init__(self) -> None:
         _positive("download_retry", self.download_retry, allow_none=False, zero=True)
@@ -59,5 +61,6 @@ class DatasetOptions:
         _choice("partition_algo", self.partition_algo, PARTITION_ALGOS)
         _choice("shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
         _choice("batching_method", self.batching_method, BATCHING_METHODS)
+        _choice("epoch_tail", self.epoch_tail, EPOCH_TAILS)
         if isinstance(self.shuffle_seed, bool) or not isinstance(self.shuffle_seed, int):
             raise InvalidArgumentError(f"shuffle_seed={self.shuffle_seed!r} must be an int")

@@ -164,9 +164,13 @@ def permute(x, n, key) -> np.ndarray:
     elif lo > _FEW and lo == hi:  # the common case: one domain for all
         out[:] = _walk(x, np.full(1, lo), key, 4)
     else:
-        for sel, fn in ((n <= SMALL, None), ((n > SMALL) & (n <= _FEW), 8), (n > _FEW, 4)):
-            if sel.any():
-                out[sel] = _rank_permute(x[sel], n[sel], key[sel]) if fn is None else _walk(x[sel], n[sel], key[sel], fn)
+        for sel, rounds in ((n <= SMALL, 0), ((n > SMALL) & (n <= _FEW), 8), (n > _FEW, 4)):
+            if not sel.any():
+                continue
+            if rounds:
+                out[sel] = _walk(x[sel], n[sel], key[sel], rounds)
+            else:
+                out[sel] = _rank_permute(x[sel], n[sel], key[sel])
     return out.reshape(shape)
 
 

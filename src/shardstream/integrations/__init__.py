@@ -1,0 +1,1 @@
+"""Bridges to training frameworks; the only package that touches torch or jax."""

@@ -1,0 +1,162 @@
+"""The dataset's side of epoch planning: which epoch is next, where it starts, what was consumed.
+
+``Order`` owns the plan of one dataset (built lazily, cached), the epoch counter,
+a pending resumption state and the bookkeeping of the iteration in progress. It
+turns ``state_dict`` / ``load_state_dict`` into plan segments and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import IncompatibleStateError, InvalidArgumentError
+from ..plan import EpochPlan, Plan, PlanSpec, World
+from .state import ResumePoint, make_state, parse_state
+
+
+@dataclass
+class Pass:
+    """One call of ``iterate``: its epoch, plan segment, start position and world."""
+
+    epoch: int
+    plan: EpochPlan
+    start: int
+    world: World
+    yielded: int = 0
+
+
+class Order:
+    def __init__(self, shard_sizes: np.ndarray, options, fingerprint: str) -> None:
+        self.sizes = shard_sizes
+        self.options = options
+        self.dataset = {"num_samples": int(shard_sizes.sum()), "num_shards": int(shard_sizes.size),
+                        "shard_sizes_xxh64": fingerprint}
+        self.next_epoch = 0
+        self.initial_physical_nodes: int | None = None
+        self.pending: ResumePoint | None = None
+        self.current: Pass | None = None
+        self.adopted_canonical: int | None = None  # num_canonical_nodes taken from a loaded state
+        self._plans: dict[PlanSpec, Plan] = {}
+
+    # -- settings ------------------------------------------------------------------------
+    def canonical_nodes(self, world: World) -> int:
+        if self.options.num_canonical_nodes:
+            return self.options.num_canonical_nodes
+        if self.adopted_canonical:
+            return self.adopted_canonical
+        if self.initial_physical_nodes is None:
+            self.initial_physical_nodes = world.num_nodes
+        per_node = 64 if self.options.shuffle_algo in ("py1s", "py2s") else 1
+        return per_node * self.initial_physical_nodes
+
+    def spec(self, world: World) -> PlanSpec:
+        o = self.options
+        return PlanSpec(shuffle=o.shuffle, algo=o.shuffle_algo, seed=o.shuffle_seed,
+                        num_canonical_nodes=self.canonical_nodes(world), block_size=o.shuffle_block_size,
+                        tail=o.epoch_tail)
+
+    def settings(self, spec: PlanSpec) -> dict:
+        return {"shuffle": spec.shuffle, "shuffle_algo": spec.algo, "shuffle_seed": spec.seed,
+                "shuffle_block_size": spec.resolved_block_size, "num_canonical_nodes": spec.num_canonical_nodes,
+                "epoch_tail": spec.tail}
+
+    def plan(self, spec: PlanSpec) -> Plan:
+        plan = self._plans.get(spec)
+        if plan is None:
+            self._plans = {spec: Plan(self.sizes, spec)}  # one cached plan: settings rarely change
+            plan = self._plans[spec]
+        return plan
+
+    def global_batch(self, world: World) -> int:
+        return (self.options.batch_size or 1) * world.readers
+
+    # -- passes --------------------------------------------------------------------------
+    def begin(self, world: World) -> Pass:
+        """Start the next pass: the pending resume point if any, else the next epoch from 0."""
+        g = self.global_batch(world)
+        point, self.pending = self.pending, None
+        spec = self.spec(world)
+        plan = self.plan(spec)
+        if point is not None:
+            segment = plan.epoch(point.epoch, point.global_batch, point.origin, point.base)
+            if point.position < segment.end:
+                current = Pass(point.epoch, segment.resume(point.position, g), point.position, world)
+                self.next_epoch = point.epoch + 1
+                self.current = current
+                return current
+            self.next_epoch = point.epoch + 1  # the saved epoch was complete
+        epoch = self.next_epoch
+        self.next_epoch = epoch + 1
+        self.current = Pass(epoch, plan.epoch(epoch, g), 0, world)
+        return self.current
+
+    # -- state -----------------------------------------------------------------------------
+    def state_dict(self, num_samples: int | None, from_beginning: bool, world: World) -> dict:
+        if self.current is None:
+            if self.pending is not None:
+                return dict(self.pending.raw)
+            spec = self.spec(world)
+            plan = self.plan(spec).epoch(self.next_epoch, self.global_batch(world))
+            return self._state(self.next_epoch, 0, plan, spec)
+        cur = self.current
+        if num_samples is None:
+            position = cur.start + self._consumed(cur)
+        else:
+            if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 0:
+                raise InvalidArgumentError(f"num_samples={num_samples!r} must be an int >= 0")
+            position = int(num_samples) if from_beginning else cur.start + int(num_samples)
+        if position < cur.plan.origin:
+            raise InvalidArgumentError(
+                f"num_samples={num_samples} puts the position ({position}) before this pass's start "
+                f"({cur.plan.origin}); with a resumed run count from_beginning=False or add the start"
+            )
+        position = min(position, cur.plan.end)
+        spec = cur.plan.plan.spec
+        return self._state(cur.epoch, position, cur.plan, spec)
+
+    def _consumed(self, cur: Pass) -> int:
+        """Global positions consumed, from what this process yielded (one worker per rank only)."""
+        if cur.world.workers > 1:
+            raise InvalidArgumentError(
+                "this process cannot see what DataLoader workers consumed; pass num_samples (the number of "
+                "samples the whole job consumed this epoch) to state_dict()"
+            )
+        bs = cur.plan.device_batch(cur.world)
+        if cur.world.readers == 1:
+            return cur.yielded
+        return (cur.yielded // bs) * cur.plan.global_batch  # whole global steps, ranks in lockstep
+
+    def _state(self, epoch: int, position: int, plan: EpochPlan, spec: PlanSpec) -> dict:
+        # the segment that holds `position`, so the state can be resumed with any global batch
+        return make_state(epoch=epoch, position=position, global_batch=plan.global_batch, origin=plan.origin,
+                          base=plan.base, settings=self.settings(spec), dataset=self.dataset,
+                          initial_physical_nodes=self.initial_physical_nodes or 1)
+
+    def load_state_dict(self, obj, world: World) -> None:
+        raw = obj
+        if isinstance(obj, dict) and not self.options.num_canonical_nodes and "num_canonical_nodes" in obj:
+            # not chosen by the user: the state's value (set by the initial run) wins
+            canonical = obj["num_canonical_nodes"]
+            if not isinstance(canonical, int) or canonical < 1:
+                raise IncompatibleStateError(f"state key 'num_canonical_nodes' must be an int >= 1, got {canonical!r}")
+            spec = self._spec_with(canonical)
+        else:
+            spec = self.spec(world)
+        point = parse_state(raw, self.settings(spec), self.dataset)
+        regions = self.plan(spec).num_regions
+        if point.base is not None and len(point.base) != regions:
+            raise IncompatibleStateError(f"state key 'region_base' has {len(point.base)} entries, expected {regions}")
+        self.initial_physical_nodes = point.initial_physical_nodes
+        if not self.options.num_canonical_nodes:
+            self.adopted_canonical = spec.num_canonical_nodes
+        self.pending = point
+        self.next_epoch = point.epoch
+        self.current = None
+
+    def _spec_with(self, canonical: int) -> PlanSpec:
+        o = self.options
+        return PlanSpec(shuffle=o.shuffle, algo=o.shuffle_algo, seed=o.shuffle_seed, num_canonical_nodes=canonical,
+                        block_size=o.shuffle_block_size, tail=o.epoch_tail)
+
