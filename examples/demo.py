@@ -16,6 +16,8 @@ import numpy as np
 
 import shardstream
 from shardstream import MDSWriter, StreamingDataset
+from shardstream.plan import Plan, PlanSpec, World
+from shardstream.testing import read_world, sample_key
 
 VOCAB = 4096
 WORDS = ["stream", "shard", "token", "batch", "epoch", "node", "rank", "cache", "model", "loss"]
@@ -72,6 +74,42 @@ def train(ds: StreamingDataset, batch_size: int = 256, steps: int = 400) -> tupl
     return seen, time.perf_counter() - start, loss
 
 
+def resume_elsewhere(out: str, global_batch: int = 64) -> None:
+    """Read half of a shuffled epoch in one process, save the state, resume it on
+    2 nodes x 2 ranks x 2 DataLoader workers, and check the rest of the epoch is identical."""
+    def make(batch_size: int) -> StreamingDataset:
+        return StreamingDataset(local=out, shuffle=True, batch_size=batch_size)
+
+    ds = make(global_batch)
+    it = ds.iterate(World())
+    half = (len(ds) // 2) // global_batch * global_batch
+    for _ in range(half):
+        next(it)
+    state = ds.state_dict()
+    rest = [sample_key(s) for s in it]
+    start = time.perf_counter()
+    resumed = read_world(make, state, global_batch, (2, 2, 2))
+    took = time.perf_counter() - start
+    print(f"  saved at sample {state['sample_in_epoch']} of epoch {state['epoch']}; resumed on 2 nodes x 2 ranks "
+          f"x 2 workers in {took:.2f}s: the remaining {len(rest)} samples "
+          f"{'are identical' if resumed == rest else 'DIFFER'}")
+    if resumed != rest:
+        raise SystemExit("resumed order differs")
+
+
+def plan_at_scale() -> None:
+    sizes = np.full(100_000, 10_000)  # 10**9 samples in 10**5 shards
+    start = time.perf_counter()
+    epoch = Plan(sizes, PlanSpec(shuffle=True, num_canonical_nodes=8)).epoch(5, 2048)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    ids = epoch.sample_ids(np.arange(500_000_000, 501_000_000))
+    mapped = time.perf_counter() - start
+    print(f"  epoch plan for 10^9 samples in 10^5 shards: built in {built * 1e3:.0f} ms, "
+          f"{epoch.nbytes() / 1e6:.1f} MB; 10^6 positions in the middle mapped in {mapped * 1e3:.0f} ms "
+          f"({len(np.unique(ids))} distinct samples)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=100_000)
@@ -102,6 +140,10 @@ def main() -> None:
     for i in idx.tolist():
         ds[i]
     print(f"random access ds[i]:    {len(idx) / (time.perf_counter() - start):,.0f} samples/s")
+
+    print("shuffled epochs, checkpoint and elastic resume:")
+    resume_elsewhere(out)
+    plan_at_scale()
 
     print("training a small classifier on column batches:")
     seen, took, loss = train(ds)

@@ -5,6 +5,7 @@ from .errors import (
     CorruptShardError,
     EncodeError,
     HashMismatchError,
+    IncompatibleStateError,
     IndexNotFoundError,
     InvalidArgumentError,
     MissingDependencyError,
@@ -32,7 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MDSWriter", "StreamingDataset", "merge_index", "Ragged", "inspect_dataset", "verify_dataset",
     "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
-    "EncodeError", "HashMismatchError", "IndexNotFoundError", "InvalidArgumentError",
+    "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",
     "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
     "UploadError", "WriterError", "__version__",
