@@ -34,7 +34,9 @@ def write_mixed(out: str, samples: list, compression) -> None:
 def bench_write(work: str, mixed: common.Mixed, samples: list, repeats: int) -> dict:
     return common.bench_writes(work, "ss-mixed", mixed, lambda out, comp: write_mixed(out, samples, comp), repeats)
 def bench_iterate(path: str, mixed: common.Mixed, repeats: int) -> dict:
-    ds = StreamingDataset(local=path, batch_size=256)
+    # No batch_size: one global step per sample, so the epoch is exactly the dataset (with
+    # batch_size=256 the epoch would be padded to whole global batches, 64 repeats here).
+    ds = StreamingDataset(local=path)
     return {"default": common.first_and_warm(ds, mixed, repeats)}
 
 
