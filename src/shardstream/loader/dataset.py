@@ -203,6 +203,7 @@ class StreamingDataset:
             raise InvalidArgumentError(f"next_epoch={epoch!r} must be an int >= 0")
         self._order.next_epoch = epoch
         self._order.pending = None
+        self._order.current = None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass run ``epoch`` from its start (like ``DistributedSampler.set_epoch``)."""

@@ -7,6 +7,7 @@ turns ``state_dict`` / ``load_state_dict`` into plan segments and back.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,32 +76,34 @@ class Order:
     # -- passes --------------------------------------------------------------------------
     def begin(self, world: World) -> Pass:
         """Start the next pass: the pending resume point if any, else the next epoch from 0."""
+        current = self.upcoming(world)
+        self.pending = None
+        self.next_epoch = current.epoch + 1
+        self.current = current
+        return current
+
+    def upcoming(self, world: World) -> Pass:
+        """The pass the next ``begin`` would start, without starting it."""
         g = self.global_batch(world)
-        point, self.pending = self.pending, None
-        spec = self.spec(world)
-        plan = self.plan(spec)
+        plan = self.plan(self.spec(world))
+        point = self.pending
+        epoch = self.next_epoch
         if point is not None:
             segment = plan.epoch(point.epoch, point.global_batch, point.origin, point.base)
             if point.position < segment.end:
-                current = Pass(point.epoch, segment.resume(point.position, g), point.position, world)
-                self.next_epoch = point.epoch + 1
-                self.current = current
-                return current
-            self.next_epoch = point.epoch + 1  # the saved epoch was complete
-        epoch = self.next_epoch
-        self.next_epoch = epoch + 1
-        self.current = Pass(epoch, plan.epoch(epoch, g), 0, world)
-        return self.current
+                return Pass(point.epoch, segment.resume(point.position, g), point.position, world)
+            epoch = point.epoch + 1  # the saved epoch was complete
+        return Pass(epoch, plan.epoch(epoch, g), 0, world)
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self, num_samples: int | None, from_beginning: bool, world: World) -> dict:
-        if self.current is None:
-            if self.pending is not None:
-                return dict(self.pending.raw)
-            spec = self.spec(world)
-            plan = self.plan(spec).epoch(self.next_epoch, self.global_batch(world))
-            return self._state(self.next_epoch, 0, plan, spec)
+        """The state after ``num_samples`` of the pass in progress (or of the upcoming one,
+        in a process that does not iterate itself, such as a DataLoader's main process)."""
         cur = self.current
+        if cur is None:
+            cur = self.upcoming(world)
+            if num_samples is None:
+                return self._state(cur.epoch, cur.start, cur.plan, cur.plan.plan.spec)
         if num_samples is None:
             position = cur.start + self._consumed(cur)
         else:
@@ -113,8 +116,7 @@ class Order:
                 f"({cur.plan.origin}); with a resumed run count from_beginning=False or add the start"
             )
         position = min(position, cur.plan.end)
-        spec = cur.plan.plan.spec
-        return self._state(cur.epoch, position, cur.plan, spec)
+        return self._state(cur.epoch, position, cur.plan, cur.plan.plan.spec)
 
     def _consumed(self, cur: Pass) -> int:
         """Global positions consumed, from what this process yielded (one worker per rank only)."""
@@ -135,6 +137,11 @@ class Order:
                           initial_physical_nodes=self.initial_physical_nodes or 1)
 
     def load_state_dict(self, obj, world: World) -> None:
+        if isinstance(obj, (str, bytes)):
+            try:
+                obj = json.loads(obj)
+            except ValueError as exc:
+                raise InvalidArgumentError(f"the state is not valid JSON: {exc}") from None
         raw = obj
         if isinstance(obj, dict) and not self.options.num_canonical_nodes and "num_canonical_nodes" in obj:
             # not chosen by the user: the state's value (set by the initial run) wins

@@ -21,6 +21,7 @@ STATE_VERSION = 1
 ORDER_SETTINGS = ("shuffle", "shuffle_algo", "shuffle_seed", "shuffle_block_size", "num_canonical_nodes",
                   "epoch_tail")
 DATASET_KEYS = ("num_samples", "num_shards", "shard_sizes_xxh64")
+_LIMIT = 1 << 62  # positions, counts and epochs stay far inside int64 arithmetic
 _INT_KEYS = ("epoch", "sample_in_epoch", "global_batch_size", "segment_origin", "initial_physical_nodes")
 
 
@@ -81,20 +82,23 @@ def parse_state(obj, settings: dict, dataset: dict) -> ResumePoint:
         raise IncompatibleStateError(f"the state lacks the keys {missing}; was it edited by hand?")
     for key in _INT_KEYS:
         value = obj[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise IncompatibleStateError(f"state key {key!r} must be an int >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _LIMIT:
+            raise IncompatibleStateError(f"state key {key!r} must be an int in [0, 2**62), got {value!r}")
     if obj["global_batch_size"] < 1 or obj["initial_physical_nodes"] < 1:
         raise IncompatibleStateError("state keys 'global_batch_size' and 'initial_physical_nodes' must be >= 1")
     _compare(obj, dataset, DATASET_KEYS, "the state was saved for another dataset",
              "resume with the dataset the state was saved for")
-    _compare(obj, settings, ORDER_SETTINGS, "the state was saved with other order settings",
+    # without shuffling, the seed, the algorithm and the block size do not change the order
+    keys = ORDER_SETTINGS if settings["shuffle"] or obj["shuffle"] else tuple(
+        k for k in ORDER_SETTINGS if k not in ("shuffle_seed", "shuffle_algo", "shuffle_block_size"))
+    _compare(obj, settings, keys, "the state was saved with other order settings",
              "construct the dataset with the state's values to resume")
     if obj["segment_origin"] > obj["sample_in_epoch"]:
         raise IncompatibleStateError("state key 'segment_origin' lies after 'sample_in_epoch'")
     base = obj["region_base"]
     if base is not None and (not isinstance(base, list) or not all(
-            isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in base)):
-        raise IncompatibleStateError("state key 'region_base' must be null or a list of ints >= 0")
+            isinstance(b, int) and not isinstance(b, bool) and 0 <= b < _LIMIT for b in base)):
+        raise IncompatibleStateError("state key 'region_base' must be null or a list of ints in [0, 2**62)")
     return ResumePoint(obj["epoch"], obj["sample_in_epoch"], obj["global_batch_size"], obj["segment_origin"],
                        base, obj["initial_physical_nodes"], dict(obj))
 
