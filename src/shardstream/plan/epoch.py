@@ -88,12 +88,16 @@ class Plan:
         return EpochPlan(self, epoch, global_batch, origin, base)
 
 
+def _check_global_batch(global_batch) -> None:
+    if isinstance(global_batch, bool) or not isinstance(global_batch, (int, np.integer)) or global_batch < 1:
+        raise InvalidArgumentError(f"global batch size {global_batch!r} must be an int >= 1")
+
+
 class EpochPlan:
     """One epoch (segment) of a :class:`Plan` at global batch ``global_batch``."""
 
     def __init__(self, plan: Plan, epoch: int, global_batch: int, origin: int = 0, base=None) -> None:
-        if isinstance(global_batch, bool) or not isinstance(global_batch, (int, np.integer)) or global_batch < 1:
-            raise InvalidArgumentError(f"global batch size {global_batch!r} must be an int >= 1")
+        _check_global_batch(global_batch)
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
             raise InvalidArgumentError(f"epoch={epoch!r} must be an int >= 0")
         self.plan = plan
@@ -164,6 +168,7 @@ class EpochPlan:
         """The plan that continues this epoch at ``position`` with ``global_batch``."""
         if not self.origin <= position <= self.end:
             raise InvalidArgumentError(f"position {position} is outside epoch {self.epoch} [{self.origin}, {self.end}]")
+        _check_global_batch(global_batch)  # before the shortcut: 1.0 or True equal a batch of 1
         if global_batch == self.global_batch and (position - self.origin) % global_batch == 0:
             return self
         return EpochPlan(self.plan, self.epoch, global_batch, position, self.progress(position))

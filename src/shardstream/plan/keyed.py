@@ -42,16 +42,18 @@ def derive(*parts: int) -> int:
     k = 0x5EED
     for p in parts:
         p = int(p)
-        # fold big or negative ints in 64-bit limbs so that distinct inputs stay distinct
+        # fold big or negative ints in 64-bit limbs; a part that is not a single non-negative
+        # limb is then closed by a step unlike a limb's, tagged with its limb count and sign,
+        # so that it never reads as a run of smaller parts and distinct inputs stay distinct
         limbs = [p & MASK64]
         rest = p >> 64
         while rest not in (0, -1):
             limbs.append(rest & MASK64)
             rest >>= 64
-        if p < 0:
-            limbs.append(0xFFFF)
         for limb in limbs:
             k = mix_int(k + _GOLDEN + limb)
+        if len(limbs) > 1 or p < 0:
+            k = mix_int(k ^ ((2 * len(limbs) + (p < 0)) * _M1 & MASK64))
     return k
 
 
@@ -159,6 +161,8 @@ def permute(x, n, key) -> np.ndarray:
     if x.size == 0:
         return out.reshape(shape)
     lo, hi = int(n.min()), int(n.max())
+    if lo < 1:  # an empty domain has no bijection; cycle walking would never end
+        raise ValueError(f"permute needs domains of size >= 1, got {lo}")
     if hi <= SMALL:
         out[:] = _rank_permute(x, n, key)
     elif lo > _FEW and lo == hi:  # the common case: one domain for all
