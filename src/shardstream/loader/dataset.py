@@ -185,8 +185,16 @@ class StreamingDataset:
         for _, ids in current.plan.iter_worker(current.world, current.start):
             flat = ids.ravel()
             shards = np.searchsorted(ends, flat, side="right")
-            offsets = (flat - starts[shards]).tolist()
-            for shard, off in zip(shards.tolist(), offsets):
+            local = flat - starts[shards]
+            cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
+            if len(cuts) * 8 < len(flat):  # long runs of consecutive samples: decode them in order
+                for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(flat)]):
+                    first = int(local[lo])
+                    for sample in self.reader(int(shards[lo])).iter_range(first, first + hi - lo):
+                        current.yielded += 1
+                        yield sample
+                continue
+            for shard, off in zip(shards.tolist(), local.tolist()):
                 get = getters[shard] or self._open_getter(shard)
                 sample = get(off)
                 current.yielded += 1
