@@ -302,3 +302,14 @@ def test_invalid_epoch_tail_is_refused(ints, bad):
     with pytest.raises(InvalidArgumentError) as info:
         StreamingDataset(local=ints, epoch_tail=bad)
     assert "epoch_tail" in str(info.value) and isinstance(info.value, ShardstreamError)
+
+
+def test_orig_partition_refuses_a_world_that_splits_canonical_nodes(ints):
+    ds = StreamingDataset(local=ints, shuffle=True, batch_size=2, num_canonical_nodes=4, partition_algo="orig")
+    with pytest.raises(InvalidArgumentError, match="relaxed"):
+        ds.iterate(World(num_nodes=3, ranks_per_node=1))
+    for nodes in (1, 2, 4, 8):  # multiples and divisors are fine
+        ok = StreamingDataset(local=ints, shuffle=True, batch_size=2, num_canonical_nodes=4, partition_algo="orig")
+        assert next(ok.iterate(World(num_nodes=nodes, ranks_per_node=1)))
+    relaxed = StreamingDataset(local=ints, shuffle=True, batch_size=2, num_canonical_nodes=4)
+    assert next(relaxed.iterate(World(num_nodes=3, ranks_per_node=1)))

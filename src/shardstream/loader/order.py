@@ -63,6 +63,16 @@ class Order:
                 "shuffle_block_size": spec.resolved_block_size, "num_canonical_nodes": spec.num_canonical_nodes,
                 "epoch_tail": spec.tail}
 
+    def _check_partition(self, spec: PlanSpec, world: World) -> None:
+        """``orig`` keeps every node on whole canonical nodes (or whole fractions of one)."""
+        c, p = spec.num_canonical_nodes, world.num_nodes
+        if self.options.partition_algo == "orig" and c % p and p % c:
+            raise InvalidArgumentError(
+                f"partition_algo='orig' needs num_canonical_nodes ({c}) to be a multiple or a divisor of the "
+                f"number of physical nodes ({p}); use partition_algo='relaxed' to run on this world anyway "
+                "(the order is the same; only the download locality is partial)"
+            )
+
     def plan(self, spec: PlanSpec) -> Plan:
         plan = self._plans.get(spec)
         if plan is None:
@@ -85,7 +95,9 @@ class Order:
     def upcoming(self, world: World) -> Pass:
         """The pass the next ``begin`` would start, without starting it."""
         g = self.global_batch(world)
-        plan = self.plan(self.spec(world))
+        spec = self.spec(world)
+        self._check_partition(spec, world)
+        plan = self.plan(spec)
         point = self.pending
         epoch = self.next_epoch
         if point is not None:
