@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
 from shardstream.plan import ALGOS, TAILS, Plan, PlanSpec, World, default_block_size
-from shardstream.plan.shuffle import naive
+
+from .oracle import sample_regions
 
 PROPS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -43,18 +44,6 @@ def _slack(num_samples: int, num_regions: int, g: int) -> int:
     """
     c = min(num_regions, num_samples)
     return g - math.gcd(c, g) + c - 1
-
-
-def sample_regions(ep) -> np.ndarray:
-    """The region of every sample id: the region of its place in the epoch's virtual sequence."""
-    run = ep.plan.run
-    n = ep.plan.num_samples
-    v = np.arange(n)
-    spec = ep.plan.spec
-    ids = naive(v, n, ep.key) if spec.shuffle and spec.algo == "naive" else ep.layout.sample_ids(v)
-    out = np.empty(n, np.int64)
-    out[ids] = np.searchsorted(run.region_bounds, v, side="right") - 1
-    return out
 
 
 def region_streams(ep, ids) -> list[np.ndarray]:

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from shardstream.errors import InvalidArgumentError
 from shardstream.plan import ALGOS, Plan, PlanSpec, World
 from shardstream.plan.partition import Interleave
-from shardstream.plan.shuffle import naive
+
+from .oracle import sample_regions
 
 PROPS = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -36,18 +37,6 @@ def _read(ep, world, start=None):
     if not pos:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(pos), np.concatenate(ids)
-
-
-def sample_regions(ep) -> np.ndarray:
-    """The region of every sample id: the region of its place in the epoch's virtual sequence."""
-    run = ep.plan.run
-    n = ep.plan.num_samples
-    v = np.arange(n)
-    spec = ep.plan.spec
-    ids = naive(v, n, ep.key) if spec.shuffle and spec.algo == "naive" else ep.layout.sample_ids(v)
-    out = np.empty(n, np.int64)
-    out[ids] = np.searchsorted(run.region_bounds, v, side="right") - 1
-    return out
 
 
 # -- the region schedule ---------------------------------------------------------------------------

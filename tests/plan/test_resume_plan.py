@@ -13,22 +13,11 @@ from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
 from shardstream.plan import ALGOS, TAILS, Plan, PlanSpec, World
-from shardstream.plan.shuffle import naive
+
+from .oracle import sample_regions
 
 PROPS = settings(max_examples=120, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-def sample_regions(ep) -> np.ndarray:
-    """The region of every sample id: the region of its place in the epoch's virtual sequence."""
-    run = ep.plan.run
-    n = ep.plan.num_samples
-    v = np.arange(n)
-    spec = ep.plan.spec
-    ids = naive(v, n, ep.key) if spec.shuffle and spec.algo == "naive" else ep.layout.sample_ids(v)
-    out = np.empty(n, np.int64)
-    out[ids] = np.searchsorted(run.region_bounds, v, side="right") - 1
-    return out
 
 
 def _with_tail(plan, tail):
