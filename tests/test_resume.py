@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import re
@@ -294,7 +295,7 @@ class ResumesOneStepEarly(StreamingDataset):
 
 class WorkersReadEverything(StreamingDataset):
     def iterate(self, world=None):
-        return super().iterate(None if world is None else world.with_worker(0, 0))
+        return super().iterate(None if world is None else dataclasses.replace(world, num_workers=0, worker=0))
 
 
 class ForgetsStateOnceUsed(StreamingDataset):

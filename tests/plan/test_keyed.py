@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardstream.plan.keyed import derive, hash_index, key_array, mix, mix_int, permute, random_order, uniform_below
+from shardstream.plan.keyed import derive, hash_index, mix, mix_int, permute, random_order, uniform_below
 
 PROPS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -38,7 +38,7 @@ def test_permute_is_a_bijection_with_per_element_domains_and_keys():
     ns = np.arange(1, 1601)
     x = np.concatenate([np.arange(n) for n in ns])
     n = np.repeat(ns, ns)
-    keys = key_array(derive(5), n)
+    keys = hash_index(derive(5), n)
     y = permute(x, n, keys)
     assert ((y >= 0) & (y < n)).all()
     start = np.repeat(np.cumsum(ns) - ns, ns)
@@ -130,7 +130,7 @@ def _chi_square(counts: np.ndarray, expected: float) -> float:
 
 @pytest.mark.parametrize("n,keys", [(3, 20000), (10, 20000), (17, 20000), (100, 4000), (300, 2000)])
 def test_each_value_lands_in_each_slot_about_equally_often(n, keys):
-    k = np.repeat(key_array(derive(7, n), np.arange(keys)), n)
+    k = np.repeat(hash_index(derive(7, n), np.arange(keys)), n)
     x = np.tile(np.arange(n), keys)
     y = permute(x, n, k)
     counts = np.bincount(x * n + y, minlength=n * n)
@@ -145,7 +145,7 @@ def test_each_value_lands_in_each_slot_about_equally_often(n, keys):
 @pytest.mark.parametrize("n", [3, 4])
 def test_tiny_domains_are_uniform_over_all_permutations(n):
     keys = 24000
-    k = np.repeat(key_array(derive(8, n), np.arange(keys)), n)
+    k = np.repeat(hash_index(derive(8, n), np.arange(keys)), n)
     y = permute(np.tile(np.arange(n), keys), n, k).reshape(keys, n)
     code = (y * n ** np.arange(n)).sum(axis=1)
     _, counts = np.unique(code, return_counts=True)
@@ -218,7 +218,7 @@ def _parity(perm) -> int:
 def test_odd_and_even_permutations_both_occur(n, spread):
     """Up to 16 elements every permutation is equally likely, so half of them are odd."""
     keys = 400
-    k = np.repeat(key_array(derive(9, n), np.arange(keys)), n)
+    k = np.repeat(hash_index(derive(9, n), np.arange(keys)), n)
     y = permute(np.tile(np.arange(n), keys), n, k).reshape(keys, n)
     odd = np.mean([_parity(row) for row in y])
     assert abs(odd - 0.5) < spread, odd

@@ -174,7 +174,7 @@ def test_bad_world_fields_are_rejected(kwargs, name):
 def test_world_properties():
     w = World(num_nodes=3, ranks_per_node=4, node=2, local_rank=3, num_workers=0, replication=2)
     assert (w.world_size, w.rank, w.readers, w.reader, w.workers) == (12, 11, 6, 5, 1)
-    v = w.with_worker(3, 4)
+    v = World(num_nodes=3, ranks_per_node=4, node=2, local_rank=3, num_workers=4, worker=3, replication=2)
     assert (v.worker, v.num_workers, v.rank, v.replication) == (3, 4, 11, 2)
 
 

@@ -95,6 +95,8 @@ class StreamingDataset:
         self.shard_sizes = np.asarray(sizes, np.int64)
         self._ends = np.cumsum(sizes).tolist()  # plain ints: bisect on a list is the fastest lookup
         self._starts = [0] + self._ends[:-1]
+        self._ends_array = np.asarray(self._ends, np.int64)  # for vectorised lookups
+        self._starts_array = np.asarray(self._starts, np.int64)
         self.num_samples = self._ends[-1] if self._ends else 0
         self._readers: list[Optional[ShardReader]] = [None] * len(self.shards)
         self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
@@ -179,13 +181,11 @@ class StreamingDataset:
         return self._samples(current)
 
     def _samples(self, current) -> Iterator[dict[str, Any]]:
-        ends = np.asarray(self._ends, np.int64)
-        starts = np.asarray(self._starts, np.int64)
         getters = self._getters
         for _, ids in current.plan.iter_worker(current.world, current.start):
             flat = ids.ravel()
-            shards = np.searchsorted(ends, flat, side="right")
-            local = flat - starts[shards]
+            shards = np.searchsorted(self._ends_array, flat, side="right")
+            local = flat - self._starts_array[shards]
             cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
             if len(cuts) * 8 < len(flat):  # long runs of consecutive samples: decode them in order
                 for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(flat)]):
@@ -257,8 +257,8 @@ class StreamingDataset:
         idx = np.where(idx < 0, idx + self.num_samples, idx)
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_samples):
             raise SampleIndexError(f"indices must be in [-{self.num_samples}, {self.num_samples})")
-        shards = np.searchsorted(np.asarray(self._ends), idx, side="right")
-        starts = np.asarray(self._starts, np.int64)
+        shards = np.searchsorted(self._ends_array, idx, side="right")
+        starts = self._starts_array
         if idx.size == 0:
             return decode_batch(self.reader(0), idx, columns) if self.shards else {}
         # Decode runs of indices that fall in the same shard, in the requested order.

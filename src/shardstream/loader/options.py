@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import InvalidArgumentError
+from ..plan import ALGOS as SHUFFLE_ALGOS
+from ..plan import TAILS as EPOCH_TAILS
 
-SHUFFLE_ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
 PARTITION_ALGOS = ("orig", "relaxed")
 SAMPLING_METHODS = ("balanced", "fixed")
 BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
-EPOCH_TAILS = ("pad", "drop")
 
 
 def _choice(name: str, value, allowed) -> None:

@@ -7,14 +7,13 @@ turns ``state_dict`` / ``load_state_dict`` into plan segments and back.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
 from ..plan import EpochPlan, Plan, PlanSpec, World
-from .state import ResumePoint, make_state, parse_state
+from .state import ResumePoint, decode_state, make_state, parse_state
 
 
 @dataclass
@@ -53,10 +52,7 @@ class Order:
         return per_node * self.initial_physical_nodes
 
     def spec(self, world: World) -> PlanSpec:
-        o = self.options
-        return PlanSpec(shuffle=o.shuffle, algo=o.shuffle_algo, seed=o.shuffle_seed,
-                        num_canonical_nodes=self.canonical_nodes(world), block_size=o.shuffle_block_size,
-                        tail=o.epoch_tail)
+        return self._spec_with(self.canonical_nodes(world))
 
     def settings(self, spec: PlanSpec) -> dict:
         return {"shuffle": spec.shuffle, "shuffle_algo": spec.algo, "shuffle_seed": spec.seed,
@@ -149,21 +145,16 @@ class Order:
                           initial_physical_nodes=self.initial_physical_nodes or 1)
 
     def load_state_dict(self, obj, world: World) -> None:
-        if isinstance(obj, (str, bytes)):
-            try:
-                obj = json.loads(obj)
-            except ValueError as exc:
-                raise InvalidArgumentError(f"the state is not valid JSON: {exc}") from None
-        raw = obj
-        if isinstance(obj, dict) and not self.options.num_canonical_nodes and "num_canonical_nodes" in obj:
+        obj = decode_state(obj)
+        if not self.options.num_canonical_nodes and "num_canonical_nodes" in obj:
             # not chosen by the user: the state's value (set by the initial run) wins
             canonical = obj["num_canonical_nodes"]
-            if not isinstance(canonical, int) or canonical < 1:
+            if isinstance(canonical, bool) or not isinstance(canonical, int) or canonical < 1:
                 raise IncompatibleStateError(f"state key 'num_canonical_nodes' must be an int >= 1, got {canonical!r}")
             spec = self._spec_with(canonical)
         else:
             spec = self.spec(world)
-        point = parse_state(raw, self.settings(spec), self.dataset)
+        point = parse_state(obj, self.settings(spec), self.dataset)
         regions = self.plan(spec).num_regions
         if point.base is not None and len(point.base) != regions:
             raise IncompatibleStateError(f"state key 'region_base' has {len(point.base)} entries, expected {regions}")

@@ -59,8 +59,8 @@ def make_state(*, epoch: int, position: int, global_batch: int, origin: int, bas
     return state
 
 
-def parse_state(obj, settings: dict, dataset: dict) -> ResumePoint:
-    """Validate ``obj`` against this dataset and its order settings; raise on any mismatch."""
+def decode_state(obj) -> dict:
+    """The state as a dict: as given, or parsed from JSON text."""
     if isinstance(obj, (str, bytes)):
         try:
             obj = json.loads(obj)
@@ -68,6 +68,11 @@ def parse_state(obj, settings: dict, dataset: dict) -> ResumePoint:
             raise InvalidArgumentError(f"the state is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise InvalidArgumentError(f"load_state_dict expects the dict made by state_dict(), got {type(obj).__name__}")
+    return obj
+
+
+def parse_state(obj: dict, settings: dict, dataset: dict) -> ResumePoint:
+    """Validate the state dict ``obj`` against this dataset and its order settings; raise on any mismatch."""
     if "version" not in obj:
         raise IncompatibleStateError(
             "the state has no 'version' key, so it was not made by shardstream's state_dict(); the order of "

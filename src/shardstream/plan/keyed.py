@@ -77,11 +77,6 @@ def uniform_below(key, index, bound) -> np.ndarray:
     return (hash_index(key, index) % np.asarray(bound).astype(_U)).astype(np.int64)
 
 
-def key_array(key: int, index) -> np.ndarray:
-    """One derived key per index (e.g. one per block), as uint64."""
-    return mix(hash_index(key, index) ^ _U(0xA5A5A5A5A5A5A5A5))
-
-
 def random_order(n: int, key: int) -> np.ndarray:
     """A keyed permutation of ``range(n)`` as an array (for O(n) things such as shard order)."""
     return np.argsort(hash_index(key, np.arange(n, dtype=np.int64)), kind="stable").astype(np.int64)

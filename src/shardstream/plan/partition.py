@@ -134,10 +134,6 @@ class World:
     def workers(self) -> int:
         return max(self.num_workers, 1)
 
-    def with_worker(self, worker: int, num_workers: int) -> World:
-        return World(self.num_nodes, self.ranks_per_node, self.node, self.local_rank, num_workers, worker,
-                     self.replication)
-
 
 def _index(name: str, value, count: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .keyed import derive, hash_index, mix, permute
+from .keyed import derive, hash_index, mix, permute, uniform_below
 from .layout import EpochLayout
 
 ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
@@ -85,7 +85,7 @@ def _jittered_blocks(c, t, length, key, block_size):
     quarter = block_size // 4
 
     def bound(j):  # start of block j (block 0 starts at 0)
-        jit = (hash_index(_key2(key, c, j), 0) % _U(2 * quarter + 1)).astype(np.int64) - quarter
+        jit = uniform_below(_key2(key, c, j), 0, 2 * quarter + 1) - quarter
         return np.where(j > 0, j * block_size + jit, 0)
 
     j = (t + quarter) // block_size
