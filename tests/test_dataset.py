@@ -128,9 +128,7 @@ def test_pkl_needs_allow_unsafe_types(tmp_path, make_dataset):
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"remote": "s3://bucket/data"},
     {"streams": [object()]},
-    {"cache_limit": "10gb"},
     {"epoch_size": 100},
 ])
 def test_not_yet_supported_options(tmp_path, make_dataset, kwargs):

@@ -92,3 +92,11 @@ def require(module: str, extra: str, feature: str):
             f"{feature} needs the optional package {module!r}, which is not installed; "
             f"install it with: pip install 'shardstream[{extra}]'"
         ) from exc
+
+
+class DownloadError(ShardstreamError, OSError):
+    """A file could not be fetched from the remote (after retries); the message names it and its URL."""
+
+
+class CacheLimitError(InvalidArgumentError):
+    """``cache_limit`` is too small for the shards it must hold; the message gives the minimum."""

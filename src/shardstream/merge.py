@@ -10,7 +10,8 @@ from typing import Optional, Sequence, Union
 from .errors import IndexNotFoundError, InvalidArgumentError
 from .format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index, write_index_atomic
 from .format.merge import prefix_shards
-from .storage.upload import Uploader, filesystem, is_remote
+from .storage.fs import filesystem, is_remote
+from .storage.upload import Uploader
 
 IndexRef = Union[str, tuple[str, str]]
 

@@ -10,7 +10,8 @@ from typing import Any, Optional, Union
 from .errors import InvalidArgumentError
 from .format.index import INDEX_BASENAME
 from .format.writer import DEFAULT_SIZE_LIMIT, ShardWriter
-from .storage.upload import Uploader, is_remote, split_protocol
+from .storage.fs import is_remote, split_protocol
+from .storage.upload import Uploader
 
 
 def resolve_out(out: Union[str, tuple[str, str]]) -> tuple[Optional[str], Optional[str]]:

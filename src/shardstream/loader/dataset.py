@@ -4,14 +4,16 @@ The constructor takes mosaicml-streaming's keywords so existing code moves over 
 changing the import. Iteration follows the epoch plan (:mod:`shardstream.plan`):
 the same global order for any number of nodes, ranks and workers, shuffled with
 download locality, resumable at any position through ``state_dict`` /
-``load_state_dict``. This version reads datasets from a local directory; the
-options that need mixing or remote storage are accepted by name and refused with
-:class:`~shardstream.errors.NotYetSupportedError` when set.
+``load_state_dict``. With a ``remote``, shards are downloaded ahead of use into a
+cache directory shared by every process on the machine (:mod:`shardstream.storage`),
+optionally capped by ``cache_limit``. The options that need mixing are accepted by
+name and refused with :class:`~shardstream.errors.NotYetSupportedError` when set.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
 
@@ -24,9 +26,18 @@ from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
 from ..format.reader import ShardReader, open_shard
 from ..plan import World
+from ..storage.cache import ShardCache
+from ..storage.fetch import Fetcher
+from ..storage.fs import default_local, is_remote, join, local_path
+from ..storage.index import local_index
+from ..units import parse_bytes
 from .options import DatasetOptions
 from .order import Order
+from .prefetch import Chunk, Prefetcher, default_predownload
 from .world import detect_world
+
+
+_HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access
 
 
 class StreamingDataset:
@@ -67,6 +78,8 @@ class StreamingDataset:
         stream_name: str = "stream",
         stream_config: Optional[dict] = None,
         epoch_tail: str = "pad",
+        storage_options: Optional[dict] = None,
+        download_threads: int = 4,
     ) -> None:
         self.options = DatasetOptions(
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
@@ -77,18 +90,31 @@ class StreamingDataset:
             batching_method=batching_method, allow_unsafe_types=allow_unsafe_types, replication=replication,
             epoch_tail=epoch_tail,
         )
-        _refuse_unsupported(streams=streams, remote=remote, local=local, epoch_size=epoch_size,
-                            cache_limit=cache_limit)
+        _refuse_unsupported(streams=streams, epoch_size=epoch_size)
         if validate_hash:
             check_hash(validate_hash)
-        if local is None:
-            raise InvalidArgumentError("local=... is required: the directory that holds index.json and the shards")
-        self.local = os.path.expanduser(str(local))
+        if isinstance(download_threads, bool) or not isinstance(download_threads, int) or download_threads < 1:
+            raise InvalidArgumentError(f"download_threads={download_threads!r} must be an int >= 1")
+        self.download_threads = download_threads
         self.split = split
+        self.remote, self.local = _locations(remote, local)
         self.dirname = os.path.join(self.local, split) if split else self.local
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.shards: list[ShardInfo] = read_index(self.dirname)
+        limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
+        self.cache_limit = limit
+        fetcher = None
+        if self.remote is not None:
+            fetcher = Fetcher(join(self.remote, split), storage_options, download_retry, download_timeout)
+            self.shards: list[ShardInfo] = local_index(self.dirname, fetcher)
+        else:
+            self.shards = read_index(self.dirname)
+            if limit is not None:
+                warnings.warn(f"cache_limit={cache_limit!r} has no effect: with no remote, {self.dirname} holds "
+                              "the only copy of the shards, which are never evicted", stacklevel=2)
+        wait = download_timeout * (download_retry + 1) + 60
+        self._cache = ShardCache(self.dirname, self.shards, fetcher, limit if fetcher else None,
+                                 keep_zip=keep_zip, validate_hash=validate_hash, wait=wait)
         if not allow_unsafe_types:
             _refuse_unsafe(self.shards)
         sizes = [s.samples for s in self.shards]
@@ -102,6 +128,8 @@ class StreamingDataset:
         self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
         fingerprint = xxhash.xxh64(self.shard_sizes.astype("<i8").tobytes()).hexdigest()
         self._order = Order(self.shard_sizes, self.options, fingerprint)
+        average = self.num_samples / max(len(self.shards), 1)
+        self.predownload = predownload if predownload is not None else default_predownload(batch_size, average)
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -118,7 +146,9 @@ class StreamingDataset:
 
     # -- shards ---------------------------------------------------------------------
     def reader(self, shard: int) -> ShardReader:
-        """The open reader of shard ``shard`` (opened, and decompressed, on first use)."""
+        """The open reader of shard ``shard`` (downloaded, decompressed and opened on first use)."""
+        if self.remote is not None:
+            return self._cache.hold(shard, _HELD_SHARDS)
         r = self._readers[shard]
         if r is None:
             # keep_zip: with no remote, the compressed files are the only copy; never delete them.
@@ -128,7 +158,8 @@ class StreamingDataset:
 
     def _open_getter(self, shard: int):
         get = self.reader(shard).get_unchecked
-        self._getters[shard] = get
+        if self.remote is None:  # remote shards stay cached in `reader` only while held
+            self._getters[shard] = get
         return get
 
     # -- random access --------------------------------------------------------------
@@ -181,11 +212,19 @@ class StreamingDataset:
         return self._samples(current)
 
     def _samples(self, current) -> Iterator[dict[str, Any]]:
+        if self.remote is not None:
+            return self._cached_samples(current)
+        return self._local_samples(current)
+
+    def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        flat = ids.ravel()
+        shards = np.searchsorted(self._ends_array, flat, side="right")
+        return flat, shards, flat - self._starts_array[shards]
+
+    def _local_samples(self, current) -> Iterator[dict[str, Any]]:
         getters = self._getters
         for _, ids in current.plan.iter_worker(current.world, current.start):
-            flat = ids.ravel()
-            shards = np.searchsorted(self._ends_array, flat, side="right")
-            local = flat - self._starts_array[shards]
+            flat, shards, local = self._locate(ids)
             cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
             if len(cuts) * 8 < len(flat):  # long runs of consecutive samples: decode them in order
                 for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(flat)]):
@@ -199,6 +238,72 @@ class StreamingDataset:
                 sample = get(off)
                 current.yielded += 1
                 yield sample
+
+    def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
+        """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
+        cache = self._cache
+        step = max(current.plan.device_batch(current.world), 1)
+        per = max(step, min(2048, self.predownload // 4) // step * step)
+        chunks = (Chunk(*self._locate(ids)) for _, ids in current.plan.iter_worker(current.world, current.start, per))
+        prefetcher = Prefetcher(cache, chunks, self.predownload, self.download_threads)
+        try:
+            for chunk, pinned in prefetcher:
+                try:
+                    shards, local = chunk.shards, chunk.local
+                    cuts = np.flatnonzero(np.diff(shards)) + 1
+                    bounds = [0, *cuts.tolist(), chunk.size]
+                    for lo, hi in zip(bounds[:-1], bounds[1:]):
+                        shard = int(shards[lo])
+                        own = shard not in pinned
+                        if own:  # not prepared ahead (no room under cache_limit): pin just for this run
+                            cache.pin(shard)
+                        try:
+                            get = cache.reader(shard).get_unchecked
+                            for off in local[lo:hi].tolist():
+                                sample = get(off)
+                                current.yielded += 1
+                                yield sample
+                        finally:
+                            if own:
+                                cache.unpin(shard)
+                finally:
+                    prefetcher.done(chunk, pinned)
+        finally:
+            prefetcher.close()
+
+    # -- the shard cache (datasets with a remote) -------------------------------------------
+    @property
+    def cache_usage(self) -> int:
+        """Bytes the cache directory holds for this dataset (shards, downloads in progress, index)."""
+        return self._cache.usage()
+
+    def prepare_shard(self, shard_id: int, blocking: bool = True) -> bool:
+        """Download shard ``shard_id`` unless it is present; with ``blocking=False`` return
+        False at once if another process is downloading it. Safe across threads and processes;
+        with a ``cache_limit`` it may evict the least recently used shards first."""
+        self._check_shard(shard_id)
+        if not self._cache.pin(shard_id, must=True, blocking=blocking):
+            return False
+        self._cache.unpin(shard_id)
+        return True
+
+    def evict_shard(self, shard_id: int) -> bool:
+        """Delete shard ``shard_id`` from the cache unless a process is using it; True if it is gone."""
+        self._check_shard(shard_id)
+        self._cache.release_held()
+        self._readers[shard_id] = None
+        self._getters[shard_id] = None
+        return self._cache.evict(shard_id)
+
+    def evict_coldest_shard(self) -> Optional[int]:
+        """Evict the least recently used shard that no process is using; its index, or None if none is."""
+        self._cache.release_held()
+        return self._cache.evict_coldest()
+
+    def _check_shard(self, shard_id: int) -> None:
+        if isinstance(shard_id, bool) or not isinstance(shard_id, (int, np.integer)) or not (
+                0 <= shard_id < len(self.shards)):
+            raise SampleIndexError(f"shard_id={shard_id!r} is not a shard of this dataset (0..{len(self.shards) - 1})")
 
     @property
     def next_epoch(self) -> int:
@@ -311,19 +416,33 @@ def _refuse_unsafe(shards: list[ShardInfo]) -> None:
                 )
 
 
+def _locations(remote: Optional[str], local: Optional[str]) -> tuple[Optional[str], str]:
+    """(remote URL or None, local directory). A remote that is the local directory, or a plain
+    path / ``file://`` URL of it, means no remote; with no ``local`` a remote gets its own
+    directory under the cache root."""
+    if remote is not None and not isinstance(remote, str):
+        raise InvalidArgumentError(f"remote={remote!r} must be a URL string such as 's3://bucket/dataset'")
+    if local is not None:
+        local = os.path.expanduser(str(local))
+    if remote is None or (local is not None and os.path.abspath(local_path(remote)) == os.path.abspath(local)
+                          and not is_remote(remote)):
+        if local is None:
+            raise InvalidArgumentError(
+                "local=... is required without remote=...: the directory that holds index.json and the shards"
+            )
+        return None, local
+    return remote.rstrip("/"), local if local is not None else default_local(remote)
+
+
 def _refuse_unsupported(**given) -> None:
     pending = {
         "streams": "mixing several streams",
-        "remote": "streaming from a remote location",
         "epoch_size": "epoch_size (stream mixing)",
-        "cache_limit": "cache_limit (shard cache eviction)",
     }
     for key, what in pending.items():
         value = given[key]
-        if key == "remote" and value is not None and value == given["local"]:
-            continue
         if value not in (None, False):
             raise NotYetSupportedError(
                 f"{what} is not available in this version of shardstream; {key}={value!r} was given. "
-                "Read a local dataset with StreamingDataset(local=...)"
+                "Read one dataset with StreamingDataset(remote=..., local=...)"
             )

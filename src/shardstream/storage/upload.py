@@ -2,45 +2,13 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
-from ..errors import InvalidArgumentError, MissingDependencyError, UploadError
-
-
-def split_protocol(url: str) -> tuple[Optional[str], str]:
-    if "://" in url:
-        proto, _, rest = url.partition("://")
-        return proto, rest
-    return None, url
-
-
-def is_remote(url: str) -> bool:
-    proto, _ = split_protocol(url)
-    return proto not in (None, "file", "local")
-
-
-def filesystem(url: str, storage_options: Optional[dict] = None):
-    """The fsspec filesystem and the path within it for ``url``."""
-    try:
-        from fsspec.core import url_to_fs
-    except ImportError as exc:  # pragma: no cover - fsspec is a core dependency
-        raise MissingDependencyError("remote output needs fsspec: pip install fsspec") from exc
-    try:
-        return url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
-        proto, _ = split_protocol(url)
-        hint = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
-                "http": "http", "https": "http", "hf": "hf"}.get(proto or "", proto)
-        if isinstance(exc, ImportError):
-            raise MissingDependencyError(
-                f"writing to {url!r} needs the fsspec backend for {proto!r}; install it with: "
-                f"pip install 'shardstream[{hint}]'"
-            ) from exc
-        raise InvalidArgumentError(f"cannot open {url!r}: {exc}") from exc
+from ..errors import UploadError
+from .fs import backoff, filesystem
 
 
 class Uploader:
@@ -99,7 +67,7 @@ class Uploader:
                         f"uploading {basename!r} to {self.remote}/{basename} failed after {attempt + 1} "
                         f"attempt(s): {type(exc).__name__}: {exc}"
                     ) from exc
-                time.sleep(min(8.0, 0.25 * 2**attempt) * (0.5 + random.random()))
+                time.sleep(backoff(attempt))
 
     def check(self) -> None:
         with self._lock:

@@ -1,0 +1,145 @@
+"""Downloading ahead of the training loop, in plan order.
+
+A background thread walks this worker's upcoming samples chunk by chunk and asks a
+small pool of download threads to pin each chunk's shards, in order of first use, so
+shards arrive before they are needed. It stays at most ``predownload`` samples
+ahead. The consumer takes chunks in order, waits for their pins, decodes, then
+unpins. A pin that the cache limit did not allow ahead of time is taken by the
+consumer itself, one shard at a time, when it reaches that shard.
+
+Errors from the threads reach the consumer when it gets to the chunk concerned,
+naming the shard; closing the iterator stops the threads and drops every pin.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator, Optional
+
+import numpy as np
+
+from ..errors import ShardstreamError
+
+
+class PrefetchError(ShardstreamError, RuntimeError):
+    """A background download failed; raised where the training loop needed it."""
+
+
+class Chunk:
+    __slots__ = ("flat", "shards", "local", "order", "pins", "size")
+
+    def __init__(self, flat: np.ndarray, shards: np.ndarray, local: np.ndarray) -> None:
+        self.flat, self.shards, self.local = flat, shards, local
+        first = np.unique(shards, return_index=True)[1]
+        self.order = shards[np.sort(first)].tolist()  # distinct shards, by first use
+        self.pins: list[tuple[int, Future]] = []
+        self.size = len(flat)
+
+
+class Prefetcher:
+    """Prepares the chunks of ``chunks`` ahead of the consumer (see the module docstring)."""
+
+    def __init__(self, cache, chunks: Iterator[Chunk], predownload: int, threads: int) -> None:
+        self.cache = cache
+        self._chunks = chunks
+        self.predownload = max(0, predownload)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="shardstream-download")
+        self._ready: deque = deque()
+        self._ahead = 0  # samples in self._ready
+        self._cond = threading.Condition()
+        self._stop = False
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="shardstream-prefetch", daemon=True)
+        self._thread.start()
+
+    def _pin(self, shard: int) -> bool:
+        return self.cache.pin(shard, must=False)
+
+    def _run(self) -> None:
+        try:
+            for chunk in self._chunks:
+                with self._cond:
+                    while not self._stop and self._ready and self._ahead >= self.predownload:
+                        self._cond.wait()
+                    if self._stop:
+                        return
+                for shard in chunk.order:
+                    chunk.pins.append((shard, self._pool.submit(self._pin, shard)))
+                with self._cond:
+                    self._ready.append(chunk)
+                    self._ahead += chunk.size
+                    self._cond.notify_all()
+        except BaseException as exc:  # the plan failed: hand it to the consumer
+            with self._cond:
+                self._ready.append(exc)
+                self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def __iter__(self) -> Iterator[tuple[Chunk, set]]:
+        """Yield ``(chunk, pinned shards)``; the caller must call :meth:`done` after each chunk."""
+        while True:
+            with self._cond:
+                while not self._ready and not self._done:
+                    self._cond.wait()
+                if not self._ready:
+                    return
+                item = self._ready.popleft()
+                if not isinstance(item, BaseException):
+                    self._ahead -= item.size
+                self._cond.notify_all()
+            if isinstance(item, BaseException):
+                raise item
+            pinned = set()
+            try:
+                for shard, fut in item.pins:
+                    if _result(fut, shard, self.cache):
+                        pinned.add(shard)
+            except BaseException:
+                self._unpin(item, pinned)
+                raise
+            yield item, pinned
+
+    def done(self, chunk: Chunk, pinned: set) -> None:
+        self._unpin(chunk, pinned)
+
+    def _unpin(self, chunk: Chunk, pinned: set) -> None:
+        for shard in pinned:
+            self.cache.unpin(shard)
+        chunk.pins = []
+
+    def close(self) -> None:
+        """Stop the threads and drop the pins of every prepared chunk."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        while self._ready:
+            item = self._ready.popleft()
+            if isinstance(item, BaseException):
+                continue
+            for shard, fut in item.pins:
+                if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
+                    self.cache.unpin(shard)
+
+
+def _result(fut: Future, shard: int, cache) -> bool:
+    try:
+        return fut.result()
+    except ShardstreamError:
+        raise
+    except Exception as exc:
+        name = cache.shards[shard].raw_data.basename
+        raise PrefetchError(f"preparing shard {shard} ({name!r}) in {cache.dirname} failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def default_predownload(batch_size: Optional[int], shard_samples: float) -> int:
+    """mosaicml-streaming's 8 x batch_size, raised to two average shards so that the next
+    shard is on its way long before the current one runs out."""
+    return max(8 * (batch_size or 1), int(2 * shard_samples), 1)

@@ -1,0 +1,415 @@
+"""The local shard cache: shared by every process on the machine, capped, crash-safe.
+
+Per shard there is one empty lock file under ``<cache>/.shardstream/locks/``:
+
+- a **reader** holds a shared lock while it uses the shard (a *pin*);
+- a **downloader** holds the exclusive lock while it fetches, so each shard is
+  downloaded once and the others wait for it;
+- an **evictor** deletes a shard only if it gets the exclusive lock without
+  waiting, so a shard in use is never deleted under a reader.
+
+The kernel drops a dead process's locks, so ``kill -9`` leaves nothing to clean up;
+its half-written temp files are removed by the next process that downloads or
+evicts that shard. Access times for the least-recently-used order are the lock
+files' modification times, so every process sees the same order.
+
+With a ``limit``, room is made under one cache-wide lock (``.shardstream/cache.lock``):
+the usage is scanned from the directory (shard files, plus in-progress downloads
+counted at their full size), then the least recently used shards that nobody pins
+are evicted. A download that may wait (prefetch) is skipped when no room can be
+made; one that may not (the shard the training loop needs now) goes ahead, so the
+cache exceeds the limit by at most one shard per process, and only when everything
+else is in use. Shards of a dataset with no remote are never evicted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Optional
+
+from ..errors import CacheLimitError, DownloadError, InvalidArgumentError
+from ..format.atomic import TMP_PREFIX
+from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
+from ..format.reader import ShardReader, open_shard
+from .fetch import Fetcher, _unlink
+from .locks import FileLock, LockTimeout
+
+META = ".shardstream"
+_OVER = "over"  # a pin whose download went beyond the limit
+FAST_HASHES = ("xxh3_64", "xxh64", "xxh128", "xxh3_128", "xxh32")
+
+
+class _Slot:
+    """This process's hold on one shard: a reference count, the shared lock, the open reader."""
+
+    __slots__ = ("mutex", "refs", "lock", "reader", "over")
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.refs = 0
+        self.lock: Optional[FileLock] = None
+        self.reader: Optional[ShardReader] = None
+        self.over = False  # downloaded beyond the limit: evicted as soon as this process is done with it
+
+
+class ShardCache:
+    """The shards of one dataset directory, downloaded on demand from ``fetcher``'s remote.
+
+    ``fetcher`` None means the directory holds the only copy: nothing is downloaded or
+    evicted. ``wait`` bounds how long a process waits for another one's download.
+    """
+
+    def __init__(self, dirname: str, shards: list[ShardInfo], fetcher: Optional[Fetcher] = None,
+                 limit: Optional[int] = None, keep_zip: bool = False, validate_hash: Optional[str] = None,
+                 wait: float = 600.0) -> None:
+        self.dirname = dirname
+        self.shards = shards
+        self.fetcher = fetcher
+        self.limit = limit
+        self.keep_zip = keep_zip or fetcher is None
+        self.validate_hash = validate_hash
+        self.wait = wait
+        self.meta = os.path.join(dirname, META)
+        self._slots = [_Slot() for _ in shards]
+        self._names = {}  # file path relative to dirname -> shard
+        for i, s in enumerate(shards):
+            self._names[s.raw_data.basename] = i
+            if s.zip_data is not None:
+                self._names[s.zip_data.basename] = i
+        self._held: OrderedDict[int, None] = OrderedDict()  # random-access pins kept for reuse
+        self._held_mutex = threading.Lock()
+        if limit is not None:
+            self.check_limit(limit)
+
+    def __getstate__(self) -> dict:  # a worker process starts with no pins of its own
+        state = self.__dict__.copy()
+        state["_slots"] = None
+        state["_held"] = None
+        state["_held_mutex"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._slots = [_Slot() for _ in self.shards]
+        self._held = OrderedDict()
+        self._held_mutex = threading.Lock()
+
+    # -- sizes ---------------------------------------------------------------------------
+    def footprint(self, i: int) -> int:
+        """Bytes shard ``i`` occupies at its peak (compressed and decompressed files together)."""
+        s = self.shards[i]
+        return s.raw_data.bytes + (s.zip_data.bytes if s.zip_data is not None and self.fetcher is not None else 0)
+
+    def check_limit(self, limit: int) -> None:
+        need = max((self.footprint(i) for i in range(len(self.shards))), default=0)
+        if limit < need:
+            raise CacheLimitError(
+                f"cache_limit={limit} bytes cannot hold the largest shard ({need} bytes with its compressed "
+                f"file while it is decompressed); raise cache_limit to at least {need} bytes, or to several times "
+                "that so that shards can be downloaded ahead"
+            )
+
+    @property
+    def evictable(self) -> bool:
+        return self.fetcher is not None
+
+    # -- paths ---------------------------------------------------------------------------
+    def raw_path(self, i: int) -> str:
+        return shard_path(self.dirname, self.shards[i].raw_data.basename)
+
+    def _lock(self, i: int) -> FileLock:
+        name = self.shards[i].raw_data.basename.replace("/", "%")
+        return FileLock(os.path.join(self.meta, "locks", name + ".lock"))
+
+    def present(self, i: int) -> bool:
+        try:
+            return os.stat(self.raw_path(i)).st_size == self.shards[i].raw_data.bytes
+        except OSError:
+            return False
+
+    # -- pins ------------------------------------------------------------------------------
+    def pin(self, i: int, must: bool = True, blocking: bool = True) -> bool:
+        """Make shard ``i`` present and hold it against eviction until :meth:`unpin`.
+
+        ``must=False`` gives up (returns False) when the limit leaves no room;
+        ``blocking=False`` gives up when another process is downloading it.
+        """
+        slot = self._slots[i]
+        with slot.mutex:
+            if slot.refs:
+                if slot.over and not must:
+                    return False  # keep a shard held beyond the limit for as short as possible
+                slot.refs += 1
+                return True
+            lock = self._lock(i)
+            try:
+                got = self._acquire(i, lock, must, blocking)
+            except BaseException:
+                lock.release()
+                raise
+            if not got:
+                lock.release()
+                return False
+            lock.touch()
+            slot.lock, slot.refs, slot.over = lock, 1, got == _OVER
+            return True
+
+    def unpin(self, i: int) -> None:
+        slot = self._slots[i]
+        with slot.mutex:
+            if slot.refs <= 0:
+                raise InvalidArgumentError(f"shard {i} is not pinned")
+            slot.refs -= 1
+            if slot.refs == 0:
+                slot.reader = None  # the mapping goes when the last sample view of it does
+                slot.lock.release()
+                slot.lock = None
+                if slot.over:
+                    slot.over = False
+                    self._try_evict(i)
+
+    def reader(self, i: int) -> ShardReader:
+        """The reader of pinned shard ``i``."""
+        slot = self._slots[i]
+        r = slot.reader
+        if r is None:
+            with slot.mutex:
+                if slot.refs <= 0:
+                    raise InvalidArgumentError(f"shard {i} must be pinned before it is read")
+                if slot.reader is None:
+                    slot.reader = open_shard(self.dirname, self.shards[i], None, keep_zip=True)
+                r = slot.reader
+        return r
+
+    def hold(self, i: int, keep: int) -> ShardReader:
+        """Pin shard ``i`` for random access and keep the ``keep`` most recent such pins."""
+        with self._held_mutex:
+            if i in self._held:
+                self._held.move_to_end(i)
+                return self.reader(i)
+        self.pin(i)
+        with self._held_mutex:
+            if i in self._held:
+                self.unpin(i)  # another thread held it meanwhile
+            self._held[i] = None
+            while len(self._held) > keep:
+                old, _ = self._held.popitem(last=False)
+                self.unpin(old)
+        return self.reader(i)
+
+    def release_held(self) -> None:
+        with self._held_mutex:
+            held, self._held = list(self._held), OrderedDict()
+        for i in held:
+            self.unpin(i)
+
+    def _acquire(self, i: int, lock: FileLock, must: bool, blocking: bool):
+        """Take the shared lock on a present shard, downloading it first if needed.
+
+        Returns False (gave up), True, or ``_OVER`` (downloaded beyond the limit)."""
+        room = True
+        for _ in range(100):
+            if not self._wait(lock, False, blocking, i):
+                return False
+            if self.present(i):
+                return room
+            if self.fetcher is None and self.shards[i].zip_data is None:
+                return True  # the reader reports the missing file with its path
+            if not self._wait(lock, True, blocking, i):
+                return False
+            if not self.present(i):
+                self._clear(i, keep_files=True)
+                if self.limit is not None:
+                    room = self._make_room(i, must)
+                    if not room:
+                        return False
+                self._materialise(i)
+            # back to shared; another process may evict in between, so check again
+        raise DownloadError(f"shard {i} ({self.shards[i].raw_data.basename}) kept disappearing after download; "
+                            "the cache limit is far too small for the processes sharing it")
+
+    def _wait(self, lock: FileLock, exclusive: bool, blocking: bool, i: int) -> bool:
+        if not blocking:
+            return lock.try_acquire(exclusive)
+        try:
+            lock.acquire(exclusive, self.wait)
+        except LockTimeout as exc:
+            raise DownloadError(
+                f"waited {self.wait:g}s for shard {self.shards[i].raw_data.basename!r} in {self.dirname}: another "
+                "process holds it (downloading, or evicting it)"
+            ) from exc
+        return True
+
+    def _materialise(self, i: int) -> None:
+        """Download (and decompress) shard ``i``; called with its exclusive lock held."""
+        s = self.shards[i]
+        reservation = self._reserve(i)
+        try:
+            if s.zip_data is not None:
+                zpath = shard_path(self.dirname, s.zip_data.basename)
+                if not _has_size(zpath, s.zip_data.bytes):
+                    self._fetch(s.zip_data)
+                open_shard(self.dirname, s, None, keep_zip=self.keep_zip)  # validates, then writes the raw file
+            else:
+                self._fetch(s.raw_data)
+        finally:
+            _unlink(reservation)
+
+    def _fetch(self, info) -> None:
+        if self.fetcher is None:
+            return
+        self.fetcher.fetch(info.basename, shard_path(self.dirname, info.basename), info.bytes,
+                           _check_hashes(info.hashes, self.validate_hash))
+
+    def _reserve(self, i: int) -> str:
+        """An empty temp file that makes every usage scan count shard ``i`` at its full footprint."""
+        from ..format.atomic import temp_name
+
+        path = temp_name(self.raw_path(i))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "wb").close()
+        return path
+
+    # -- usage and eviction ----------------------------------------------------------------
+    def scan(self) -> tuple[int, dict[int, int]]:
+        """(bytes used, {shard: bytes}) from the directory; in-progress downloads count in full."""
+        files: dict[int, int] = {}
+        busy: set[int] = set()
+        other = 0
+        for rel, size in _walk(self.dirname):
+            i = self._names.get(rel)
+            if i is not None:
+                files[i] = files.get(i, 0) + size
+                continue
+            head, _, tail = rel.rpartition("/")
+            if tail.startswith(TMP_PREFIX):
+                base = tail[len(TMP_PREFIX):].rsplit(".", 2)[0]
+                j = self._names.get(f"{head}/{base}" if head else base)
+                if j is not None:
+                    busy.add(j)
+                    continue
+            if rel == INDEX_BASENAME:
+                other += size
+        for j in busy:
+            files[j] = max(files.get(j, 0), self.footprint(j))
+        return other + sum(files.values()), files
+
+    def usage(self) -> int:
+        return self.scan()[0]
+
+    def _coldest_first(self, per_shard: dict[int, int]) -> list[int]:
+        def atime(i: int) -> float:
+            try:
+                return os.stat(self._lock(i).path).st_mtime_ns
+            except OSError:
+                return 0
+
+        return sorted(per_shard, key=atime)
+
+    def _make_room(self, i: int, must: bool) -> bool:
+        need = self.footprint(i)
+        with FileLock(os.path.join(self.meta, "cache.lock")) as big:
+            big.acquire(True, self.wait)
+            used, per_shard = self.scan()
+            if used + need <= self.limit:
+                return True
+            per_shard.pop(i, None)
+            for j in self._coldest_first(per_shard):
+                if self._try_evict(j):
+                    used -= per_shard[j]
+                    if used + need <= self.limit:
+                        return True
+            return _OVER if must else False
+
+    def _try_evict(self, j: int) -> bool:
+        return self.evictable and self._try_evict_local(j)
+
+    def _try_evict_local(self, j: int) -> bool:
+        """Delete shard ``j``'s files if no process holds it (also for stale copies of a changed dataset)."""
+        lock = self._lock(j)
+        try:
+            if not lock.try_acquire(True):
+                return False
+            self._clear(j, keep_files=False)
+            return True
+        finally:
+            lock.release()
+
+    def _clear(self, i: int, keep_files: bool) -> None:
+        """Delete shard ``i``'s temp files (left by a dead process) and, unless ``keep_files``, its files."""
+        s = self.shards[i]
+        infos = [s.raw_data] + ([s.zip_data] if s.zip_data is not None else [])
+        for info in infos:
+            path = shard_path(self.dirname, info.basename)
+            head, tail = os.path.split(path)
+            try:
+                names = [n for n in os.listdir(head) if n.startswith(f"{TMP_PREFIX}{tail}.")]
+            except OSError:
+                names = []
+            for n in names:
+                _unlink(os.path.join(head, n))
+            if not keep_files:
+                _unlink(path)
+
+    def evict(self, i: int) -> bool:
+        """Delete shard ``i`` unless a process is using it; True if it is gone."""
+        if not self.evictable:
+            raise InvalidArgumentError(
+                f"shard {i} cannot be evicted: this dataset has no remote, so {self.dirname} holds its only copy"
+            )
+        return self._try_evict(i)
+
+    def evict_coldest(self) -> Optional[int]:
+        """Evict the least recently used shard that no process is using; its index, or None."""
+        if not self.evictable:
+            return None
+        _, per_shard = self.scan()
+        for j in self._coldest_first(per_shard):
+            if self._try_evict(j):
+                return j
+        return None
+
+
+def _check_hashes(hashes: dict, validate_hash: Optional[str]) -> dict:
+    """The digest to verify a download with: ``validate_hash`` if set, else the fastest one recorded."""
+    if validate_hash:
+        if validate_hash not in hashes:
+            from ..errors import HashMismatchError
+
+            raise HashMismatchError(
+                f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest (it has "
+                f"{sorted(hashes) or 'none'}); choose one of those or rewrite with hashes=[{validate_hash!r}]"
+            )
+        return {validate_hash: hashes[validate_hash]}
+    for algo in FAST_HASHES:
+        if algo in hashes:
+            return {algo: hashes[algo]}
+    return {}
+
+
+def _has_size(path: str, size: int) -> bool:
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False
+
+
+def _walk(root: str, rel: str = ""):
+    """(relative path, size) of every file under ``root``, skipping the cache's own metadata."""
+    try:
+        entries = list(os.scandir(os.path.join(root, rel) if rel else root))
+    except OSError:
+        return
+    for e in entries:
+        name = f"{rel}/{e.name}" if rel else e.name
+        try:
+            if e.is_dir(follow_symlinks=False):
+                if name != META:
+                    yield from _walk(root, name)
+            elif e.is_file(follow_symlinks=False):
+                yield name, e.stat(follow_symlinks=False).st_size
+        except OSError:  # deleted while we looked
+            continue

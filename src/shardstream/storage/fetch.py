@@ -1,0 +1,150 @@
+"""Fetching one remote file into the local cache: atomic, retried, bounded in time, verified.
+
+A download goes to a hidden temp file beside its destination (the cache's usage scan
+counts such files at their full expected size, so space is reserved from the start)
+and is renamed into place only once its size, and digest when one is known, match.
+Transient failures (5xx, resets, timeouts, short bodies) are retried with exponential
+backoff and jitter; a missing or forbidden file is not. A digest mismatch fetches the
+file once more, then raises :class:`~shardstream.errors.HashMismatchError` with both
+digests.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Optional
+
+from ..errors import DownloadError, HashMismatchError
+from ..format.atomic import temp_name
+from ..format.hashing import digest_file
+from .fs import backoff, filesystem, join
+
+_CHUNK = 1 << 22
+
+
+class _ShortFile(Exception):
+    """A download ended with the wrong number of bytes (a reset or truncated body)."""
+
+
+class Fetcher:
+    """Downloads files of the directory ``remote`` (any fsspec URL).
+
+    ``retry`` is the number of re-attempts after a transient failure and ``timeout``
+    the seconds one attempt may take. ``stats`` counts files and bytes fetched.
+    """
+
+    def __init__(self, remote: str, storage_options: Optional[dict] = None, retry: int = 2,
+                 timeout: float = 60) -> None:
+        self.remote = remote.rstrip("/")
+        self.storage_options = storage_options
+        self.fs, self.root = filesystem(self.remote, storage_options)
+        self.retry = retry
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self.files = 0
+        self.bytes = 0
+
+    def __getstate__(self) -> dict:  # filesystems with live sessions do not pickle everywhere
+        state = self.__dict__.copy()
+        del state["fs"], state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.fs, self.root = filesystem(self.remote, self.storage_options)
+        self._lock = threading.Lock()
+
+    def url(self, basename: str) -> str:
+        return join(self.remote, basename)
+
+    def fetch(self, basename: str, dest: str, size: Optional[int] = None, hashes: Optional[dict] = None) -> None:
+        """Download ``basename`` to ``dest`` atomically, checking ``size`` and ``hashes`` ({algo: hex})."""
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        mismatch = None
+        for _ in range(2):  # a digest mismatch is fetched once more before it is an error
+            tmp = self._download(basename, dest, size)
+            try:
+                mismatch = _first_mismatch(tmp, hashes or {})
+                if mismatch is None:
+                    os.replace(tmp, dest)
+                    return
+            finally:
+                _unlink(tmp)
+        algo, got, want = mismatch
+        raise HashMismatchError(
+            f"shard {basename!r} from {self.url(basename)}: {algo} digest is {got} but the index says {want}, "
+            "twice in a row; the remote copy is damaged or the index belongs to another version of the dataset"
+        )
+
+    def _download(self, basename: str, dest: str, size: Optional[int]) -> str:
+        rpath = join(self.root, basename) if self.root else basename
+        for attempt in range(self.retry + 1):
+            tmp = temp_name(dest)
+            try:
+                self._get(rpath, tmp)
+                got = os.path.getsize(tmp)
+                if size is not None and got != size:
+                    raise _ShortFile(f"received {got} bytes, the index says {size}")
+                with self._lock:
+                    self.files += 1
+                    self.bytes += got
+                return tmp
+            except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+                _unlink(tmp)
+                what = "does not exist" if isinstance(exc, FileNotFoundError) else "cannot be read"
+                raise DownloadError(
+                    f"{basename!r} {what} at {self.url(basename)} ({type(exc).__name__}: {exc}); check remote= "
+                    "and the credentials in storage_options"
+                ) from exc
+            except Exception as exc:  # transient: 5xx, resets, timeouts, short bodies
+                _unlink(tmp)
+                if attempt == self.retry:
+                    kind = "timed out" if _is_timeout(exc) else f"failed ({type(exc).__name__}: {exc})"
+                    raise DownloadError(
+                        f"downloading {basename!r} from {self.url(basename)} {kind} after {attempt + 1} "
+                        f"attempt(s) of at most {self.timeout:g}s each; raise download_retry or "
+                        "download_timeout if the store is slow"
+                    ) from exc
+                time.sleep(backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _get(self, rpath: str, tmp: str) -> None:
+        fs = self.fs
+        if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
+            from fsspec.asyn import sync
+
+            sync(fs.loop, fs._get_file, rpath, tmp, timeout=self.timeout)
+            return
+        deadline = time.monotonic() + self.timeout
+        with fs.open(rpath, "rb") as src, open(tmp, "wb") as dst:
+            while True:
+                chunk = src.read(_CHUNK)
+                if not chunk:
+                    return
+                dst.write(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"more than {self.timeout:g}s")
+
+
+
+def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
+    for algo, want in hashes.items():
+        got = digest_file(algo, path)
+        if got != want:
+            return algo, got, want
+    return None
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or type(exc).__name__ == "FSTimeoutError"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

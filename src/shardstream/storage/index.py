@@ -1,0 +1,91 @@
+"""Getting a remote dataset's ``index.json`` into the cache, once per machine.
+
+The first process on a machine fetches it under an exclusive lock; the others wait
+and read the local copy. The remote file's size and ETag (or modification time) are
+recorded beside it; a later run that finds them changed fetches the index again and
+evicts the cached shards whose entries changed, so a dataset rewritten in place is
+never read through stale shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+from ..errors import DownloadError, IndexNotFoundError
+from ..format.atomic import atomic_write
+from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index
+from .cache import META, ShardCache
+from .fetch import Fetcher
+from .locks import FileLock
+
+
+def _signature(fetcher: Fetcher) -> Optional[dict]:
+    """What identifies the remote index's current version, from one metadata request (None if unknown)."""
+    try:
+        info = fetcher.fs.info(f"{fetcher.root}/{INDEX_BASENAME}" if fetcher.root else INDEX_BASENAME)
+    except FileNotFoundError:
+        raise IndexNotFoundError(
+            f"no {INDEX_BASENAME} at {fetcher.url(INDEX_BASENAME)}; is remote= the dataset directory "
+            "(or does it need split=...)?"
+        ) from None
+    except Exception:  # a store without metadata requests: fall back to the cached copy
+        return None
+    sig = {"url": fetcher.url(INDEX_BASENAME), "size": info.get("size")}
+    for key in ("ETag", "etag", "md5Hash", "LastModified", "mtime", "updated", "last_modified"):
+        if info.get(key) is not None:
+            sig[key.lower()] = str(info[key])
+    return sig
+
+
+def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[ShardInfo]:
+    """The shards of the remote dataset behind ``fetcher``, with ``index.json`` cached in ``dirname``."""
+    path = os.path.join(dirname, INDEX_BASENAME)
+    record = os.path.join(dirname, META, "index.source.json")
+    sig = _signature(fetcher)
+    with FileLock(os.path.join(dirname, META, "index.lock")) as lock:
+        lock.acquire(True, wait)
+        old = _read_json(record)
+        if os.path.exists(path) and (sig is None or old == sig):
+            return read_index(dirname)
+        previous = read_index(dirname) if os.path.exists(path) else None
+        tmp = os.path.join(dirname, META, "index.fetch")
+        try:
+            fetcher.fetch(INDEX_BASENAME, tmp)
+        except DownloadError as exc:
+            if previous is not None and sig is None:
+                return previous
+            raise exc
+        with open(tmp, "rb") as f:
+            text = f.read()
+        shards = loads_index(text, fetcher.url(INDEX_BASENAME))
+        if previous is not None:
+            _evict_changed(dirname, previous, shards)
+        os.replace(tmp, path)
+        if sig is not None:
+            atomic_write(record, json.dumps(sig).encode(), fsync=False)
+        return shards
+
+
+def _evict_changed(dirname: str, old: list[ShardInfo], new: list[ShardInfo]) -> None:
+    """Delete cached shards whose index entries differ between ``old`` and ``new``."""
+    by_name = {s.raw_data.basename: s for s in new}
+    stale = [s for s in old if by_name.get(s.raw_data.basename) != s]
+    if not stale:
+        return
+    cache = ShardCache(dirname, stale, fetcher=None)
+    for i in range(len(stale)):
+        if not cache._try_evict_local(i):
+            raise DownloadError(
+                f"the dataset at {dirname} changed on the remote, but a process still uses cached shard "
+                f"{stale[i].raw_data.basename!r} of the old version; stop it, or give this run its own local="
+            )
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
