@@ -241,35 +241,70 @@ class StreamingDataset:
 
     def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
         """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
-        cache = self._cache
         step = max(current.plan.device_batch(current.world), 1)
-        per = max(step, min(2048, self.predownload // 4) // step * step)
-        chunks = (Chunk(*self._locate(ids)) for _, ids in current.plan.iter_worker(current.world, current.start, per))
-        prefetcher = Prefetcher(cache, chunks, self.predownload, self.download_threads)
+        rows = max(1, min(2048, self.predownload // 4) // step)  # steps per chunk
+        prefetcher = Prefetcher(self._cache, self._chunks(current, rows), self.predownload, self.download_threads)
+        previous = None
         try:
             for chunk, pinned in prefetcher:
-                try:
-                    shards, local = chunk.shards, chunk.local
-                    cuts = np.flatnonzero(np.diff(shards)) + 1
-                    bounds = [0, *cuts.tolist(), chunk.size]
-                    for lo, hi in zip(bounds[:-1], bounds[1:]):
-                        shard = int(shards[lo])
-                        own = shard not in pinned
-                        if own:  # not prepared ahead (no room under cache_limit): pin just for this run
-                            cache.pin(shard)
-                        try:
-                            get = cache.reader(shard).get_unchecked
-                            for off in local[lo:hi].tolist():
-                                sample = get(off)
-                                current.yielded += 1
-                                yield sample
-                        finally:
-                            if own:
-                                cache.unpin(shard)
-                finally:
-                    prefetcher.done(chunk, pinned)
+                if previous is not None:  # unpin only now, so shards used by both chunks stay open
+                    prefetcher.done(*previous)
+                previous = (chunk, pinned)
+                yield from self._chunk_samples(current, chunk, pinned)
         finally:
+            if previous is not None:
+                prefetcher.done(*previous)
             prefetcher.close()
+
+    def _chunks(self, current, rows: int) -> Iterator[Chunk]:
+        """The worker's upcoming samples as chunks of ``rows`` steps (the plan is computed in larger blocks)."""
+        for _, ids in current.plan.iter_worker(current.world, current.start):
+            for lo in range(0, len(ids), rows):
+                yield Chunk(*self._locate(ids[lo:lo + rows]))
+
+    def _chunk_samples(self, current, chunk: Chunk, pinned: set) -> Iterator[dict[str, Any]]:
+        """Decode one prepared chunk. A shard that was not pinned ahead (no room under
+        ``cache_limit``) is pinned here for as long as the loop stays on it."""
+        cache = self._cache
+        readers = {shard: cache.reader(shard) for shard in pinned}
+        own = None
+        try:
+            cuts = np.flatnonzero((np.diff(chunk.flat) != 1) | (np.diff(chunk.shards) != 0)) + 1
+            if len(cuts) * 8 < chunk.size:  # long runs of consecutive samples: decode them in order
+                bounds = [0, *cuts.tolist(), chunk.size]
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    shard = int(chunk.shards[lo])
+                    if own is not None and shard != own:
+                        cache.unpin(own)
+                        del readers[own]
+                        own = None
+                    reader = readers.get(shard)
+                    if reader is None:
+                        cache.pin(shard)
+                        own, reader = shard, cache.reader(shard)
+                        readers[shard] = reader
+                    first = int(chunk.local[lo])
+                    for sample in reader.iter_range(first, first + hi - lo):
+                        current.yielded += 1
+                        yield sample
+                return
+            getters = {shard: r.get_unchecked for shard, r in readers.items()}
+            for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
+                if own is not None and shard != own:
+                    cache.unpin(own)
+                    del getters[own]
+                    own = None
+                get = getters.get(shard)
+                if get is None:
+                    cache.pin(shard)
+                    own, get = shard, cache.reader(shard).get_unchecked
+                    getters[shard] = get
+                sample = get(off)
+                current.yielded += 1
+                yield sample
+        finally:
+            if own is not None:
+                cache.unpin(own)
 
     # -- the shard cache (datasets with a remote) -------------------------------------------
     @property

@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from typing import Optional
 
-from ..errors import CacheLimitError, DownloadError, InvalidArgumentError
+from ..errors import CacheLimitError, CorruptShardError, DownloadError, HashMismatchError, InvalidArgumentError
 from ..format.atomic import TMP_PREFIX
 from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
 from ..format.reader import ShardReader, open_shard
@@ -244,17 +244,30 @@ class ShardCache:
         return True
 
     def _materialise(self, i: int) -> None:
-        """Download (and decompress) shard ``i``; called with its exclusive lock held."""
+        """Download (and decompress) shard ``i``; called with its exclusive lock held. A file whose
+        header does not match the index (damaged in transit, no digest to catch it) is fetched once more."""
         s = self.shards[i]
         reservation = self._reserve(i)
         try:
-            if s.zip_data is not None:
-                zpath = shard_path(self.dirname, s.zip_data.basename)
-                if not _has_size(zpath, s.zip_data.bytes):
-                    self._fetch(s.zip_data)
-                open_shard(self.dirname, s, None, keep_zip=self.keep_zip)  # validates, then writes the raw file
-            else:
-                self._fetch(s.raw_data)
+            for attempt in range(2):
+                try:
+                    if s.zip_data is not None:
+                        zpath = shard_path(self.dirname, s.zip_data.basename)
+                        if not _has_size(zpath, s.zip_data.bytes):
+                            self._fetch(s.zip_data)
+                        open_shard(self.dirname, s, None, keep_zip=self.keep_zip)  # validates, then writes raw
+                    else:
+                        self._fetch(s.raw_data)
+                        open_shard(self.dirname, s, None)  # checks the header against the index
+                    return
+                except HashMismatchError:
+                    raise  # the fetcher already fetched it twice
+                except CorruptShardError:
+                    if self.fetcher is None:
+                        raise
+                    self._clear(i, keep_files=False)  # never leave a damaged download in the cache
+                    if attempt:
+                        raise
         finally:
             _unlink(reservation)
 
@@ -377,8 +390,6 @@ def _check_hashes(hashes: dict, validate_hash: Optional[str]) -> dict:
     """The digest to verify a download with: ``validate_hash`` if set, else the fastest one recorded."""
     if validate_hash:
         if validate_hash not in hashes:
-            from ..errors import HashMismatchError
-
             raise HashMismatchError(
                 f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest (it has "
                 f"{sorted(hashes) or 'none'}); choose one of those or rewrite with hashes=[{validate_hash!r}]"

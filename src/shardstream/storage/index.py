@@ -13,7 +13,7 @@ import json
 import os
 from typing import Optional
 
-from ..errors import DownloadError, IndexNotFoundError
+from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError
 from ..format.atomic import atomic_write
 from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index
 from .cache import META, ShardCache
@@ -46,26 +46,38 @@ def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[Sha
     sig = _signature(fetcher)
     with FileLock(os.path.join(dirname, META, "index.lock")) as lock:
         lock.acquire(True, wait)
-        old = _read_json(record)
-        if os.path.exists(path) and (sig is None or old == sig):
+        cached = os.path.exists(path)
+        if cached and (sig is None or _read_json(record) == sig):
             return read_index(dirname)
-        previous = read_index(dirname) if os.path.exists(path) else None
+        previous = read_index(dirname) if cached else None
         tmp = os.path.join(dirname, META, "index.fetch")
         try:
-            fetcher.fetch(INDEX_BASENAME, tmp)
-        except DownloadError as exc:
+            shards = _fetch_index(fetcher, tmp)
+        except DownloadError:
             if previous is not None and sig is None:
-                return previous
-            raise exc
-        with open(tmp, "rb") as f:
-            text = f.read()
-        shards = loads_index(text, fetcher.url(INDEX_BASENAME))
+                return previous  # the store is unreachable and cannot tell us the index changed
+            raise
         if previous is not None:
             _evict_changed(dirname, previous, shards)
         os.replace(tmp, path)
         if sig is not None:
             atomic_write(record, json.dumps(sig).encode(), fsync=False)
         return shards
+
+
+def _fetch_index(fetcher: Fetcher, tmp: str) -> list[ShardInfo]:
+    """Fetch and parse the index into ``tmp``; one that arrives damaged (not an index) is fetched once more."""
+    for attempt in range(2):
+        fetcher.fetch(INDEX_BASENAME, tmp)
+        with open(tmp, "rb") as f:
+            text = f.read()
+        try:
+            return loads_index(text, fetcher.url(INDEX_BASENAME))
+        except CorruptIndexError:
+            os.unlink(tmp)
+            if attempt:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _evict_changed(dirname: str, old: list[ShardInfo], new: list[ShardInfo]) -> None:
