@@ -264,47 +264,58 @@ class StreamingDataset:
 
     def _chunk_samples(self, current, chunk: Chunk, pinned: set) -> Iterator[dict[str, Any]]:
         """Decode one prepared chunk. A shard that was not pinned ahead (no room under
-        ``cache_limit``) is pinned here for as long as the loop stays on it."""
+        ``cache_limit`` then) is pinned here: for the rest of the chunk if it fits under the
+        limit, else only while the loop stays on it (so one such shard at a time goes over)."""
         cache = self._cache
-        readers = {shard: cache.reader(shard) for shard in pinned}
-        own = None
+        getters = {shard: cache.reader(shard).get_unchecked for shard in pinned}
+        held = {"own": None, "kept": []}
+
+        def miss(shard: int):  # pin a shard that was not prepared ahead
+            cache.pin(shard)
+            if cache.over(shard):
+                held["own"] = shard
+            else:
+                held["kept"].append(shard)
+            getters[shard] = cache.reader(shard).get_unchecked
+            return getters[shard]
+
+        def leave(shard: int) -> None:  # the loop moved past an over-the-limit shard
+            cache.unpin(shard)
+            del getters[shard]
+            held["own"] = None
+
         try:
-            cuts = np.flatnonzero((np.diff(chunk.flat) != 1) | (np.diff(chunk.shards) != 0)) + 1
-            if len(cuts) * 8 < chunk.size:  # long runs of consecutive samples: decode them in order
-                bounds = [0, *cuts.tolist(), chunk.size]
+            runs = np.flatnonzero((np.diff(chunk.flat) != 1) | (np.diff(chunk.shards) != 0)) + 1
+            if len(runs) * 8 < chunk.size:  # long runs of consecutive samples: decode them in order
+                bounds = [0, *runs.tolist(), chunk.size]
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
                     shard = int(chunk.shards[lo])
-                    if own is not None and shard != own:
-                        cache.unpin(own)
-                        del readers[own]
-                        own = None
-                    reader = readers.get(shard)
-                    if reader is None:
-                        cache.pin(shard)
-                        own, reader = shard, cache.reader(shard)
-                        readers[shard] = reader
+                    if held["own"] is not None and shard != held["own"]:
+                        leave(held["own"])
+                    if shard not in getters:
+                        miss(shard)
                     first = int(chunk.local[lo])
-                    for sample in reader.iter_range(first, first + hi - lo):
+                    for sample in cache.reader(shard).iter_range(first, first + hi - lo):
                         current.yielded += 1
                         yield sample
                 return
-            getters = {shard: r.get_unchecked for shard, r in readers.items()}
+            own = None
             for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
                 if own is not None and shard != own:
-                    cache.unpin(own)
-                    del getters[own]
+                    leave(own)
                     own = None
                 get = getters.get(shard)
                 if get is None:
-                    cache.pin(shard)
-                    own, get = shard, cache.reader(shard).get_unchecked
-                    getters[shard] = get
+                    get = miss(shard)
+                    own = held["own"]
                 sample = get(off)
                 current.yielded += 1
                 yield sample
         finally:
-            if own is not None:
-                cache.unpin(own)
+            if held["own"] is not None:
+                cache.unpin(held["own"])
+            for shard in held["kept"]:
+                cache.unpin(shard)
 
     # -- the shard cache (datasets with a remote) -------------------------------------------
     @property

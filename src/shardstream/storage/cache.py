@@ -103,13 +103,21 @@ class ShardCache:
         s = self.shards[i]
         return s.raw_data.bytes + (s.zip_data.bytes if s.zip_data is not None and self.fetcher is not None else 0)
 
+    def minimum_limit(self) -> int:
+        """The smallest limit that streams without fetching a shard twice in a sequential pass: the
+        largest shard in use plus the largest one arriving (with its compressed file, while decompressed)."""
+        if not self.shards:
+            return 0
+        raw = max(s.raw_data.bytes for s in self.shards)
+        return raw + max(self.footprint(i) for i in range(len(self.shards)))
+
     def check_limit(self, limit: int) -> None:
-        need = max((self.footprint(i) for i in range(len(self.shards))), default=0)
+        need = self.minimum_limit()
         if limit < need:
             raise CacheLimitError(
-                f"cache_limit={limit} bytes cannot hold the largest shard ({need} bytes with its compressed "
-                f"file while it is decompressed); raise cache_limit to at least {need} bytes, or to several times "
-                "that so that shards can be downloaded ahead"
+                f"cache_limit={limit} bytes is too small: one shard in use plus the next one being downloaded "
+                f"and decompressed need up to {need} bytes; raise cache_limit to at least {need} bytes (several "
+                "times that for shuffled epochs, which read from several shards at a time)"
             )
 
     @property
@@ -169,7 +177,11 @@ class ShardCache:
                 slot.lock = None
                 if slot.over:
                     slot.over = False
-                    self._try_evict(i)
+                    self._repay(i)
+
+    def over(self, i: int) -> bool:
+        """Whether this process's pin on shard ``i`` went beyond the limit (it is evicted at unpin)."""
+        return self._slots[i].over
 
     def reader(self, i: int) -> ShardReader:
         """The reader of pinned shard ``i``."""
@@ -210,11 +222,13 @@ class ShardCache:
         """Take the shared lock on a present shard, downloading it first if needed.
 
         Returns False (gave up), True, or ``_OVER`` (downloaded beyond the limit)."""
-        room = True
+        room, fetched = True, False
         for _ in range(100):
             if not self._wait(lock, False, blocking, i):
                 return False
             if self.present(i):
+                if not must and not fetched and self.limit is not None and not self._fits():
+                    return False  # over the limit: leave present shards evictable rather than hold more
                 return room
             if self.fetcher is None and self.shards[i].zip_data is None:
                 return True  # the reader reports the missing file with its path
@@ -222,11 +236,13 @@ class ShardCache:
                 return False
             if not self.present(i):
                 self._clear(i, keep_files=True)
+                reservation = None
                 if self.limit is not None:
-                    room = self._make_room(i, must)
+                    room, reservation = self._make_room(i, must)
                     if not room:
                         return False
-                self._materialise(i)
+                self._materialise(i, reservation)
+                fetched = True
             # back to shared; another process may evict in between, so check again
         raise DownloadError(f"shard {i} ({self.shards[i].raw_data.basename}) kept disappearing after download; "
                             "the cache limit is far too small for the processes sharing it")
@@ -243,11 +259,11 @@ class ShardCache:
             ) from exc
         return True
 
-    def _materialise(self, i: int) -> None:
+    def _materialise(self, i: int, reservation: Optional[str] = None) -> None:
         """Download (and decompress) shard ``i``; called with its exclusive lock held. A file whose
         header does not match the index (damaged in transit, no digest to catch it) is fetched once more."""
         s = self.shards[i]
-        reservation = self._reserve(i)
+        reservation = reservation or self._reserve(i)
         try:
             for attempt in range(2):
                 try:
@@ -322,20 +338,40 @@ class ShardCache:
 
         return sorted(per_shard, key=atime)
 
-    def _make_room(self, i: int, must: bool) -> bool:
+    def _make_room(self, i: int, must: bool) -> tuple[object, Optional[str]]:
+        """Evict least recently used unpinned shards until shard ``i`` fits, then reserve its space
+        (under the cache-wide lock, so every other process's scan sees it). Returns (True, reservation),
+        (False, None) when it does not fit and ``must`` is False, or (_OVER, reservation)."""
         need = self.footprint(i)
-        with FileLock(os.path.join(self.meta, "cache.lock")) as big:
-            big.acquire(True, self.wait)
+        with self._cache_lock():
             used, per_shard = self.scan()
-            if used + need <= self.limit:
-                return True
-            per_shard.pop(i, None)
-            for j in self._coldest_first(per_shard):
-                if self._try_evict(j):
-                    used -= per_shard[j]
-                    if used + need <= self.limit:
-                        return True
-            return _OVER if must else False
+            room = used + need <= self.limit
+            if not room:
+                per_shard.pop(i, None)
+                for j in self._coldest_first(per_shard):
+                    if self._try_evict(j):
+                        used -= per_shard[j]
+                        if used + need <= self.limit:
+                            room = True
+                            break
+            if not room and not must:
+                return False, None
+            return (True if room else _OVER), self._reserve(i)
+
+    def _cache_lock(self) -> FileLock:
+        lock = FileLock(os.path.join(self.meta, "cache.lock"))
+        lock.acquire(True, self.wait)
+        return lock
+
+    def _fits(self) -> bool:
+        """Whether the cache is within its limit now (a prefetch may then hold one more present shard)."""
+        return self.limit is None or self.scan()[0] <= self.limit
+
+    def _repay(self, i: int) -> None:
+        """Evict shard ``i``, which went beyond the limit, if the cache is still over it."""
+        with self._cache_lock():
+            if self.scan()[0] > self.limit:
+                self._try_evict(i)
 
     def _try_evict(self, j: int) -> bool:
         return self.evictable and self._try_evict_local(j)

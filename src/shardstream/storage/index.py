@@ -3,8 +3,8 @@
 The first process on a machine fetches it under an exclusive lock; the others wait
 and read the local copy. The remote file's size and ETag (or modification time) are
 recorded beside it; a later run that finds them changed fetches the index again and
-evicts the cached shards whose entries changed, so a dataset rewritten in place is
-never read through stale shards.
+evicts the cached shards whose entries changed or record no digest, so a dataset
+rewritten in place is never read through stale shards.
 """
 
 from __future__ import annotations
@@ -81,9 +81,10 @@ def _fetch_index(fetcher: Fetcher, tmp: str) -> list[ShardInfo]:
 
 
 def _evict_changed(dirname: str, old: list[ShardInfo], new: list[ShardInfo]) -> None:
-    """Delete cached shards whose index entries differ between ``old`` and ``new``."""
+    """Delete cached shards whose index entries differ between ``old`` and ``new``, and those whose
+    entries record no digest (a shard rewritten with the same size would look unchanged)."""
     by_name = {s.raw_data.basename: s for s in new}
-    stale = [s for s in old if by_name.get(s.raw_data.basename) != s]
+    stale = [s for s in old if by_name.get(s.raw_data.basename) != s or not s.stored.hashes]
     if not stale:
         return
     cache = ShardCache(dirname, stale, fetcher=None)
