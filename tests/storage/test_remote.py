@@ -216,4 +216,5 @@ def test_corruption_twice_without_digest_is_an_error(http_server, tmp_path):
     with pytest.raises(CorruptShardError, match="shard.00000.mds"):
         list(ds)
     cached = tmp_path / "cache" / "shard.00000.mds"  # a later prefetch may have fetched a good copy
-    assert not cached.exists() or cached.read_bytes() == open(os.path.join(src, "shard.00000.mds"), "rb").read()
+    with open(os.path.join(src, "shard.00000.mds"), "rb") as f:
+        assert not cached.exists() or cached.read_bytes() == f.read()

@@ -245,15 +245,18 @@ class StreamingDataset:
         rows = max(1, min(2048, self.predownload // 4) // step)  # steps per chunk
         prefetcher = Prefetcher(self._cache, self._chunks(current, rows), self.predownload, self.download_threads)
         previous = None
+        held = {"own": None}  # a shard pinned beyond the limit, kept until the loop leaves it
         try:
             for chunk, pinned in prefetcher:
                 if previous is not None:  # unpin only now, so shards used by both chunks stay open
                     prefetcher.done(*previous)
                 previous = (chunk, pinned)
-                yield from self._chunk_samples(current, chunk, pinned)
+                yield from self._chunk_samples(current, chunk, pinned, held)
         finally:
             if previous is not None:
                 prefetcher.done(*previous)
+            if held["own"] is not None:
+                self._cache.unpin(held["own"])
             prefetcher.close()
 
     def _chunks(self, current, rows: int) -> Iterator[Chunk]:
@@ -262,20 +265,22 @@ class StreamingDataset:
             for lo in range(0, len(ids), rows):
                 yield Chunk(*self._locate(ids[lo:lo + rows]))
 
-    def _chunk_samples(self, current, chunk: Chunk, pinned: set) -> Iterator[dict[str, Any]]:
+    def _chunk_samples(self, current, chunk: Chunk, pinned: set, held: dict) -> Iterator[dict[str, Any]]:
         """Decode one prepared chunk. A shard that was not pinned ahead (no room under
         ``cache_limit`` then) is pinned here: for the rest of the chunk if it fits under the
         limit, else only while the loop stays on it (so one such shard at a time goes over)."""
         cache = self._cache
         getters = {shard: cache.reader(shard).get_unchecked for shard in pinned}
-        held = {"own": None, "kept": []}
+        if held["own"] is not None and held["own"] not in getters:
+            getters[held["own"]] = cache.reader(held["own"]).get_unchecked
+        kept: list[int] = []
 
         def miss(shard: int):  # pin a shard that was not prepared ahead
             cache.pin(shard)
             if cache.over(shard):
                 held["own"] = shard
             else:
-                held["kept"].append(shard)
+                kept.append(shard)
             getters[shard] = cache.reader(shard).get_unchecked
             return getters[shard]
 
@@ -299,7 +304,7 @@ class StreamingDataset:
                         current.yielded += 1
                         yield sample
                 return
-            own = None
+            own = held["own"]
             for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
                 if own is not None and shard != own:
                     leave(own)
@@ -312,9 +317,7 @@ class StreamingDataset:
                 current.yielded += 1
                 yield sample
         finally:
-            if held["own"] is not None:
-                cache.unpin(held["own"])
-            for shard in held["kept"]:
+            for shard in kept:
                 cache.unpin(shard)
 
     # -- the shard cache (datasets with a remote) -------------------------------------------

@@ -51,11 +51,40 @@ class Prefetcher:
         self._cond = threading.Condition()
         self._stop = False
         self._done = False
+        self._inflight: dict[int, Future] = {}  # shard -> its latest pin not yet done
         self._thread = threading.Thread(target=self._run, name="shardstream-prefetch", daemon=True)
         self._thread.start()
 
     def _pin(self, shard: int) -> bool:
         return self.cache.pin(shard, must=False)
+
+    def _submit(self, shard: int) -> Future:
+        """A future pin of ``shard``. A shard this process already holds costs a reference count;
+        one whose pin is still under way waits for it instead of tying up another download thread,
+        so the threads download different shards in parallel."""
+        pending = self._inflight.get(shard)
+        if pending is not None and not pending.done():
+            out: Future = Future()
+            pending.add_done_callback(lambda first: self._chain(first, shard, out))
+            self._inflight[shard] = out
+            return out
+        out = Future()
+        if self.cache.add_ref(shard):
+            out.set_result(True)
+            return out
+        out = self._pool.submit(self._pin, shard)
+        self._inflight[shard] = out
+        return out
+
+    def _chain(self, first: Future, shard: int, out: Future) -> None:
+        try:
+            if first.cancelled() or first.exception() is not None or not first.result() \
+                    or not self.cache.add_ref(shard):
+                out.set_result(False)  # the consumer pins it itself when it gets there
+            else:
+                out.set_result(True)
+        except BaseException as exc:  # pragma: no cover - add_ref does not raise
+            out.set_exception(exc)
 
     def _run(self) -> None:
         try:
@@ -66,7 +95,7 @@ class Prefetcher:
                     if self._stop:
                         return
                 for shard in chunk.order:
-                    chunk.pins.append((shard, self._pool.submit(self._pin, shard)))
+                    chunk.pins.append((shard, self._submit(shard)))
                 with self._cond:
                     self._ready.append(chunk)
                     self._ahead += chunk.size

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from typing import Optional
 
@@ -165,6 +164,16 @@ class ShardCache:
             slot.lock, slot.refs, slot.over = lock, 1, got == _OVER
             return True
 
+    def add_ref(self, i: int) -> bool:
+        """One more reference to a shard this process already holds within the limit (no I/O); False if
+        it holds none."""
+        slot = self._slots[i]
+        with slot.mutex:
+            if slot.refs and not slot.over:
+                slot.refs += 1
+                return True
+            return False
+
     def unpin(self, i: int) -> None:
         slot = self._slots[i]
         with slot.mutex:
@@ -227,8 +236,10 @@ class ShardCache:
             if not self._wait(lock, False, blocking, i):
                 return False
             if self.present(i):
-                if not must and not fetched and self.limit is not None and not self._fits():
-                    return False  # over the limit: leave present shards evictable rather than hold more
+                if not fetched and self.limit is not None and not self._fits():
+                    # Over the limit: a prefetch leaves present shards evictable rather than hold more;
+                    # the loop holds this one as over the limit, so it is evicted when the loop leaves it.
+                    return _OVER if must else False
                 return room
             if self.fetcher is None and self.shards[i].zip_data is None:
                 return True  # the reader reports the missing file with its path

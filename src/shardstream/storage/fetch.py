@@ -128,7 +128,6 @@ class Fetcher:
                     raise TimeoutError(f"more than {self.timeout:g}s")
 
 
-
 def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
     for algo, want in hashes.items():
         got = digest_file(algo, path)
