@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_plan
+import bench_remote
 import common
 from common import log
 
@@ -365,9 +366,14 @@ def render(R: dict) -> str:
         L += ["", f"**Note:** {n}."]
     L += [""]
 
+    n = 5
     if R.get("plan"):
-        L += bench_plan.section(R["plan"], "## 5. Epoch planning", targets=False)
-    L += [f"## {6 if R.get('plan') else 5}. Summary against the targets", ""]
+        L += bench_plan.section(R["plan"], f"## {n}. Epoch planning", targets=False)
+        n += 1
+    if R.get("remote"):
+        L += [bench_remote.markdown(R["remote"]).replace("## Streaming from S3", f"## {n}. Streaming from S3", 1), ""]
+        n += 1
+    L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
     met = sum(1 for s in R["summary"] if s["met"])
@@ -411,6 +417,8 @@ def main() -> None:
     ap.add_argument("--keep-data", action="store_true")
     ap.add_argument("--plan-sizes", default="1e6,1e8,1e9", help="dataset sizes of the epoch-planning section "
                     "(bench/bench_plan.py; comma-separated, empty to skip)")
+    ap.add_argument("--remote-samples", type=int, default=bench_remote.DEFAULT_SAMPLES,
+                    help="samples of the streaming-from-S3 section (bench/bench_remote.py; 0 to skip)")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.from_json:
@@ -462,6 +470,9 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     if args.plan_sizes:
         R["plan"] = bench_plan.run_all(bench_plan.parse_sizes(args.plan_sizes), bench_plan.ALGOS, args.peer_python)
+    if args.remote_samples:
+        R["remote"] = bench_remote.run_remote(os.path.join(work, "remote"), args.peer_python, args.remote_samples,
+                                              keep_data=args.keep_data)
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start
