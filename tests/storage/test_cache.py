@@ -271,6 +271,50 @@ def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path
     assert shard_files(local) == {probe.shards[0].raw_data.basename, probe.shards[1].raw_data.basename}
 
 
+def test_loop_does_not_keep_other_processes_over_limit_shards(tmp_path, make_dataset) -> None:
+    """Reader B (a cache object: its own locks, as another process has) holds shards 0 and 1,
+    which fill the limit, and downloads each further shard beyond the limit just before reader A's
+    shuffled loop reaches it, then leaves it. A meets every such shard already present. The cache
+    may exceed the limit by one shard per reader; here it must stay within the limit plus two
+    shards while A reads four of B's shards in one chunk: A's loop holds a present shard it
+    pinned while the cache was over the limit only while it reads it, not for the whole chunk."""
+    remote = write_remote(make_dataset, tmp_path, n=112)
+    local = str(tmp_path / "cache")
+    probe = StreamingDataset(remote=url(remote), local=local)
+    index_bytes = os.path.getsize(os.path.join(local, "index.json"))
+    size = max(s.raw_data.bytes for s in probe.shards)
+    limit = index_bytes + 2 * size
+    options = {"shuffle": True, "shuffle_seed": 3, "predownload": 400}
+    order = [s["id"] for s in StreamingDataset(remote=url(remote), local=str(tmp_path / "plan"), **options)]
+    shard_of = {i: k for k in range(len(probe.shards)) for i in ids_of_shard(probe, k)}
+    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
+    assert b.pin(0) and b.pin(1)
+    a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit, **options)
+    samples = iter(a)
+    seen: set[int] = set()
+    peak = probe.cache_usage
+    try:
+        for i in order:
+            k = shard_of[i]
+            fresh = k not in seen and k not in (0, 1)
+            if fresh:
+                assert b.pin(k)  # must: B's loop needs it now
+                assert b.over(k)
+            check_sample(next(samples), i)
+            if fresh:
+                b.unpin(k)
+                seen.add(k)
+            peak = max(peak, probe.cache_usage)
+            if len(seen) == 4:
+                break
+        assert len(seen) == 4
+    finally:
+        samples.close()
+        b.unpin(0)
+        b.unpin(1)
+    assert peak <= limit + 2 * size, f"usage reached {peak} bytes: the limit plus {(peak - limit) / size:g} shards"
+
+
 def test_room_granted_to_a_download_is_visible_to_other_processes(tmp_path, make_dataset) -> None:
     """Prefetch downloads (``must=False``) never take the cache over its limit, even when two
     processes make room at the same moment. Reader A is granted room for shard 0; before its
