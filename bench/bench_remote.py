@@ -49,7 +49,7 @@ ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 import common
-from common import log
+from common import get, log
 
 BUCKET = "bench-remote"
 PREFIX = "mixed"
@@ -349,14 +349,6 @@ def _check(R: dict) -> None:
 
 
 # -- the report -----------------------------------------------------------------------------------
-def _get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
-
-
 def _s(x) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -401,12 +393,12 @@ def markdown(result: dict) -> str:
     """The remote benchmark as a Markdown section."""
     R, d, cfg = result, result["dataset"], result["config"]
     runs = R["runs"]
-    mo_cold = _get(runs, "mosaic", "cold", "samples_per_s")
-    mo_warm = _get(runs, "mosaic", "warm", "samples_per_s")
+    mo_cold = get(runs, "mosaic", "cold", "samples_per_s")
+    mo_warm = get(runs, "mosaic", "warm", "samples_per_s")
     m = R["machine"]
     vers = []
     for name in ("shardstream", "mosaic"):
-        r = _get(runs, name, "cold") or {}
+        r = get(runs, name, "cold") or {}
         if r.get("version"):
             extra = f", torch {r['torch']} (CPU)" if r.get("torch") else ""
             vers.append(f"{r.get('library', name)} {r['version']} (Python {r.get('python')}, "
@@ -463,8 +455,8 @@ def markdown(result: dict) -> str:
                + ". *Downloaded*: GET response bytes the proxy sent during the epoch run (index.json included; "
                "HEAD requests carry no body). The `download_threads=1` row is one cold epoch run, compared with "
                "mosaicml-streaming's cold run.")]
-    ss_c, ss_w = _get(runs, "shardstream", "cold") or {}, _get(runs, "shardstream", "warm") or {}
-    mo_c, mo_w = _get(runs, "mosaic", "cold") or {}, _get(runs, "mosaic", "warm") or {}
+    ss_c, ss_w = get(runs, "shardstream", "cold") or {}, get(runs, "shardstream", "warm") or {}
+    mo_c, mo_w = get(runs, "mosaic", "cold") or {}, get(runs, "mosaic", "warm") or {}
     if ss_c.get("samples_per_s") and mo_c.get("samples_per_s"):
         ratio = ss_c["samples_per_s"] / mo_c["samples_per_s"]
         fc, fm = _first(ss_c), _first(mo_c)
@@ -477,7 +469,7 @@ def markdown(result: dict) -> str:
                f"{_s(_first(ss_w))} s vs {_s(_first(mo_w))} s warm.")]
     node_lines = []
     for side in ("shardstream", "mosaic"):
-        r = _get(runs, f"{side}-node0of2", "cold")
+        r = get(runs, f"{side}-node0of2", "cold")
         if not r:
             continue
         label = "shardstream" if side == "shardstream" else "mosaicml-streaming"

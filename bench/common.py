@@ -295,3 +295,12 @@ def first_and_warm(ds, mixed, repeats: int) -> dict:
     log(f"iterate: first {first['samples_per_s']:,.0f}, warm {warm['samples_per_s']:,.0f} samples/s")
     return {"first": first, "warm": warm}
 
+
+
+def get(d, *keys):
+    """``d[k1][k2]...``, or None where a key is missing (results of runs that failed or were skipped)."""
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d

@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 import bench_plan
 import bench_remote
 import common
-from common import log
+from common import get, log
 
 SIDES = ("shardstream", "mosaic", "litdata")
 SCRIPTS = {"shardstream": "bench_shardstream.py", "mosaic": "bench_mosaic.py", "litdata": "bench_litdata.py"}
@@ -140,14 +140,6 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return out
-
-
-def get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
 
 
 def stat_note(r) -> str:

@@ -225,9 +225,9 @@ class StreamingDataset:
         getters = self._getters
         for _, ids in current.plan.iter_worker(current.world, current.start):
             flat, shards, local = self._locate(ids)
-            cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
-            if len(cuts) * 8 < len(flat):  # long runs of consecutive samples: decode them in order
-                for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(flat)]):
+            bounds = _long_runs(flat, shards)
+            if bounds is not None:  # long runs of consecutive samples: decode them in order
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
                     first = int(local[lo])
                     for sample in self.reader(int(shards[lo])).iter_range(first, first + hi - lo):
                         current.yielded += 1
@@ -290,9 +290,8 @@ class StreamingDataset:
             held["own"] = None
 
         try:
-            runs = np.flatnonzero((np.diff(chunk.flat) != 1) | (np.diff(chunk.shards) != 0)) + 1
-            if len(runs) * 8 < chunk.size:  # long runs of consecutive samples: decode them in order
-                bounds = [0, *runs.tolist(), chunk.size]
+            bounds = _long_runs(chunk.flat, chunk.shards)
+            if bounds is not None:  # long runs of consecutive samples: decode them in order
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
                     shard = int(chunk.shards[lo])
                     if held["own"] is not None and shard != held["own"]:
@@ -340,8 +339,6 @@ class StreamingDataset:
         """Delete shard ``shard_id`` from the cache unless a process is using it; True if it is gone."""
         self._check_shard(shard_id)
         self._cache.release_held()
-        self._readers[shard_id] = None
-        self._getters[shard_id] = None
         return self._cache.evict(shard_id)
 
     def evict_coldest_shard(self) -> Optional[int]:
@@ -463,6 +460,15 @@ def _refuse_unsafe(shards: list[ShardInfo]) -> None:
                     f"column {name!r} (shard {i}) uses encoding {enc.name!r}, which can run arbitrary code "
                     "when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
                 )
+
+
+def _long_runs(flat: np.ndarray, shards: np.ndarray) -> Optional[list[int]]:
+    """Bounds of the runs of consecutive samples of one shard in ``flat``, if the runs average more
+    than 8 samples (then decoding run by run in order beats per-sample lookups); else None."""
+    cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
+    if len(cuts) * 8 >= len(flat):
+        return None
+    return [0, *cuts.tolist(), len(flat)]
 
 
 def _locations(remote: Optional[str], local: Optional[str]) -> tuple[Optional[str], str]:

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Optional
 
 from ..errors import CacheLimitError, CorruptShardError, DownloadError, HashMismatchError, InvalidArgumentError
-from ..format.atomic import TMP_PREFIX
+from ..format.atomic import TMP_PREFIX, temp_name
 from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
 from ..format.reader import ShardReader, open_shard
 from .fetch import Fetcher, _unlink
@@ -72,7 +72,7 @@ class ShardCache:
         self.validate_hash = validate_hash
         self.wait = wait
         self.meta = os.path.join(dirname, META)
-        self._slots = [_Slot() for _ in shards]
+        self._slots: dict[int, _Slot] = {}  # made on first use: start-up stays O(1) in the shards
         self._names = {}  # file path relative to dirname -> shard
         for i, s in enumerate(shards):
             self._names[s.raw_data.basename] = i
@@ -92,7 +92,7 @@ class ShardCache:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._slots = [_Slot() for _ in self.shards]
+        self._slots = {}
         self._held = OrderedDict()
         self._held_mutex = threading.Lock()
 
@@ -138,13 +138,17 @@ class ShardCache:
             return False
 
     # -- pins ------------------------------------------------------------------------------
+    def _slot(self, i: int) -> _Slot:
+        slot = self._slots.get(i)
+        return slot if slot is not None else self._slots.setdefault(i, _Slot())  # setdefault is atomic
+
     def pin(self, i: int, must: bool = True, blocking: bool = True) -> bool:
         """Make shard ``i`` present and hold it against eviction until :meth:`unpin`.
 
         ``must=False`` gives up (returns False) when the limit leaves no room;
         ``blocking=False`` gives up when another process is downloading it.
         """
-        slot = self._slots[i]
+        slot = self._slot(i)
         with slot.mutex:
             if slot.refs:
                 if slot.over and not must:
@@ -167,7 +171,7 @@ class ShardCache:
     def add_ref(self, i: int) -> bool:
         """One more reference to a shard this process already holds within the limit (no I/O); False if
         it holds none."""
-        slot = self._slots[i]
+        slot = self._slot(i)
         with slot.mutex:
             if slot.refs and not slot.over:
                 slot.refs += 1
@@ -175,7 +179,7 @@ class ShardCache:
             return False
 
     def unpin(self, i: int) -> None:
-        slot = self._slots[i]
+        slot = self._slot(i)
         with slot.mutex:
             if slot.refs <= 0:
                 raise InvalidArgumentError(f"shard {i} is not pinned")
@@ -190,11 +194,11 @@ class ShardCache:
 
     def over(self, i: int) -> bool:
         """Whether this process's pin on shard ``i`` went beyond the limit (it is evicted at unpin)."""
-        return self._slots[i].over
+        return self._slot(i).over
 
     def reader(self, i: int) -> ShardReader:
         """The reader of pinned shard ``i``."""
-        slot = self._slots[i]
+        slot = self._slot(i)
         r = slot.reader
         if r is None:
             with slot.mutex:
@@ -306,8 +310,6 @@ class ShardCache:
 
     def _reserve(self, i: int) -> str:
         """An empty temp file that makes every usage scan count shard ``i`` at its full footprint."""
-        from ..format.atomic import temp_name
-
         path = temp_name(self.raw_path(i))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         open(path, "wb").close()

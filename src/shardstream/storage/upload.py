@@ -90,9 +90,3 @@ class Uploader:
 
     def abort(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def read_bytes(url: str, storage_options: Optional[dict] = None) -> bytes:
-    fs, path = filesystem(url, storage_options)
-    with fs.open(path, "rb") as f:
-        return f.read()
