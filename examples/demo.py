@@ -142,6 +142,104 @@ def stream_from_s3(src: str, cache: str) -> None:
               f"({stored / 1e6:.1f} MB stored); least recently used shards were evicted to stay under the limit")
 
 
+def torch_job(out: str, checkpoint: str, workers: int, steps: int, resume: bool = False, save_at: int = -1):
+    """Train a tiny PyTorch model on batches from a StreamingDataLoader; return the loss and a
+    fingerprint of every batch. With ``save_at``, write a checkpoint (model, optimiser and loader
+    state) after that many steps; with ``resume``, start from the checkpoint."""
+    import torch
+
+    from shardstream import StreamingDataLoader
+
+    torch.manual_seed(0)
+    ds = StreamingDataset(local=out, shuffle=True, shuffle_seed=7, batch_size=64)
+    # batch_decode: workers decode each step at once; the variable-length token column arrives
+    # as a Ragged of tensors (flat values + offsets), which is what EmbeddingBag takes
+    loader = StreamingDataLoader(ds, batch_size=64, num_workers=workers, batch_decode=True,
+                                 columns=["tokens", "label"])
+    model = torch.nn.Sequential()
+    model.add_module("embed", torch.nn.EmbeddingBag(VOCAB, 32, mode="mean"))
+    model.add_module("head", torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    done = 0
+    if resume:
+        saved = torch.load(checkpoint)
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        loader.load_state_dict(saved["loader"])
+        done = saved["step"]
+    seen, loss = [], float("nan")
+    for batch in loader:
+        tokens, labels = batch["tokens"], batch["label"]
+        logits = model.head(model.embed(tokens.values.long(), tokens.offsets[:-1]))
+        loss_t = torch.nn.functional.cross_entropy(logits, labels)
+        opt.zero_grad()
+        loss_t.backward()
+        opt.step()
+        loss = loss_t.item()
+        seen.append(_fingerprint(tokens.values.numpy(), labels.numpy()))
+        done += 1
+        if done == save_at:
+            tmp = checkpoint + ".tmp"
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                        "loader": loader.state_dict(), "step": done}, tmp)
+            os.replace(tmp, checkpoint)  # a crash never leaves a half-written checkpoint
+        if done == steps:
+            break
+    return loss, seen
+
+
+def _fingerprint(*arrays) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _crashing_job(out: str, checkpoint: str, save_at: int) -> None:
+    torch_job(out, checkpoint, workers=1, steps=10**9, save_at=save_at)
+
+
+def train_torch_and_resume(out: str, workdir: str, save_at: int = 40, steps: int = 80) -> None:
+    """Train with 1 DataLoader worker, checkpoint, get killed with SIGKILL, resume with 2 workers;
+    the batches after the resume must be exactly those of an uninterrupted run."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("  skipped: PyTorch is not installed (pip install 'shardstream[torch]')")
+        return
+    import multiprocessing
+    import signal
+
+    checkpoint = os.path.join(workdir, "checkpoint.pt")
+    ctx = multiprocessing.get_context("spawn")
+    job = ctx.Process(target=_crashing_job, args=(out, checkpoint, save_at))
+    start = time.perf_counter()
+    job.start()
+    while not os.path.exists(checkpoint):
+        if not job.is_alive():
+            raise SystemExit("the training job died before its checkpoint")
+        time.sleep(0.05)
+    time.sleep(0.5)  # it goes on training past the checkpoint ...
+    os.kill(job.pid, signal.SIGKILL)  # ... until it is killed, mid-epoch, with no chance to clean up
+    job.join()
+    print(f"  job 1 (1 worker) saved a checkpoint at step {save_at} and was killed with SIGKILL "
+          f"({time.perf_counter() - start:.1f}s)")
+    start = time.perf_counter()
+    loss, resumed = torch_job(out, checkpoint, workers=2, steps=steps, resume=True)
+    print(f"  job 2 (2 workers) resumed from the checkpoint and trained to step {steps} in "
+          f"{time.perf_counter() - start:.1f}s; loss {loss:.3f}")
+    ds = StreamingDataset(local=out, shuffle=True, shuffle_seed=7, batch_size=64)
+    reference = [_fingerprint(b["tokens"].values, b["label"])
+                 for _, b in zip(range(steps), ds.iterate_batches(columns=["tokens", "label"]))]
+    same = reference[save_at:] == resumed
+    print(f"  the {len(resumed)} batches after the resume {'are exactly' if same else 'DIFFER from'} "
+          "those of an uninterrupted epoch")
+    if not same:
+        raise SystemExit("resumed batches differ")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=100_000)
@@ -179,6 +277,9 @@ def main() -> None:
     print("shuffled epochs, checkpoint and elastic resume:")
     resume_elsewhere(out)
     plan_at_scale()
+
+    print("PyTorch: train, checkpoint, crash, resume on another number of workers:")
+    train_torch_and_resume(out, args.dir)
 
     print("training a small classifier on column batches:")
     seen, took, loss = train(ds)

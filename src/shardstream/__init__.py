@@ -24,17 +24,36 @@ from .format.batch import Ragged
 from .format.encodings import encoding_names
 from .format.inspect import inspect_dataset
 from .format.verify import VerifyReport, verify_dataset
+from .loader.batches import BatchLoader
 from .loader.dataset import StreamingDataset
+from .plan import World
 from .merge import merge_index
 from .writer import MDSWriter
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "MDSWriter", "StreamingDataset", "merge_index", "Ragged", "inspect_dataset", "verify_dataset",
+    "MDSWriter", "StreamingDataset", "StreamingDataLoader", "BatchLoader", "World", "merge_index", "Ragged", "inspect_dataset", "verify_dataset",
     "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",
     "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
     "UploadError", "WriterError", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    # imported on first use, so `import shardstream` never imports torch
+    if name == "StreamingDataLoader":
+        from .errors import MissingDependencyError
+
+        try:
+            from .integrations.torch import StreamingDataLoader
+        except ImportError as exc:
+            if exc.name is None or exc.name.split(".")[0] != "torch":
+                raise
+            raise MissingDependencyError(
+                "StreamingDataLoader needs PyTorch; install it with: pip install 'shardstream[torch]'"
+            ) from None
+        return StreamingDataLoader
+    raise AttributeError(f"module 'shardstream' has no attribute {name!r}")

@@ -76,6 +76,19 @@ class Ragged:
         out[mask] = self.values[src]
         return out
 
+    def take(self, rows: np.ndarray) -> "Ragged":
+        """The rows ``rows`` (ints), in that order."""
+        rows = np.asarray(rows, np.int64)
+        lengths = self.lengths[rows]
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        starts = self.offsets[:-1][rows]
+        src = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        shapes = None
+        if self.shapes is not None:
+            shapes = self.shapes[rows] if isinstance(self.shapes, np.ndarray) else [self.shapes[i] for i in rows.tolist()]
+        return Ragged(self.values[src], offsets, shapes)
+
     @staticmethod
     def concat(parts: Sequence["Ragged"]) -> "Ragged":
         values = np.concatenate([p.values for p in parts])
@@ -260,4 +273,52 @@ def concat_batches(parts: list[dict[str, Any]]) -> dict[str, Any]:
             out[name] = Ragged.concat(values)
         else:
             out[name] = [v for part in values for v in part]
+    return out
+
+
+def take_rows(batch: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """The rows ``rows`` of every column of ``batch``, in that order."""
+    out: dict[str, Any] = {}
+    for name, value in batch.items():
+        if isinstance(value, (np.ndarray, Ragged)):
+            out[name] = value[rows] if isinstance(value, np.ndarray) else value.take(rows)
+        else:
+            out[name] = [value[i] for i in rows.tolist()]
+    return out
+
+
+def column_kinds(reader: ShardReader, columns: Optional[Sequence[str]] = None) -> list[tuple[str, str, Any]]:
+    """``(name, kind, dtype)`` per column, kind as :func:`decode_batch` returns it:
+    ``array`` (numeric and fixed-shape), ``ragged`` (variable-length typed arrays) or ``list``."""
+    info = reader.info
+    out = []
+    for name, enc, fixed in zip(info.column_names, info.encodings, info.column_sizes):
+        if columns is not None and name not in columns:
+            continue
+        if enc.np_dtype is not None and enc.shape is not None and fixed is not None:
+            out.append((name, "array", enc.np_dtype))
+        elif isinstance(enc, NDArray) and enc.dtype is not None:
+            out.append((name, "ragged", enc.np_dtype))
+        else:
+            out.append((name, "list", None))
+    return out
+
+
+def stack_samples(samples: list[dict[str, Any]], kinds: list[tuple[str, str, Any]]) -> dict[str, Any]:
+    """Decoded samples as the column batch :func:`decode_batch` would give for them."""
+    out: dict[str, Any] = {}
+    for name, kind, dtype in kinds:
+        values = [s[name] for s in samples]
+        if kind == "array":
+            out[name] = np.asarray(values, dtype) if not values or np.ndim(values[0]) == 0 else np.stack(values)
+        elif kind == "ragged":
+            sizes = np.fromiter((v.size for v in values), np.int64, len(values))
+            offsets = np.zeros(len(values) + 1, np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            flat = np.concatenate([v.ravel() for v in values]) if values else np.empty(0, dtype)
+            multi = any(v.ndim != 1 for v in values)
+            out[name] = Ragged(flat.astype(dtype, copy=False), offsets,
+                               _pack_shapes([v.shape for v in values]) if multi else None)
+        else:
+            out[name] = values
     return out

@@ -12,6 +12,7 @@ name and refused with :class:`~shardstream.errors.NotYetSupportedError` when set
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from bisect import bisect_right
@@ -21,7 +22,7 @@ import numpy as np
 import xxhash
 
 from ..errors import InvalidArgumentError, NotYetSupportedError, SampleIndexError, UnsafeEncodingError
-from ..format.batch import concat_batches, decode_batch, decode_range
+from ..format.batch import column_kinds, concat_batches, decode_batch, decode_range, stack_samples, take_rows
 from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
 from ..format.reader import ShardReader, open_shard
@@ -34,7 +35,8 @@ from ..units import parse_bytes
 from .options import DatasetOptions
 from .order import Order
 from .prefetch import Chunk, Prefetcher, default_predownload
-from .world import detect_world
+from .world import detect_world, rank_world
+from ..integrations.torchenv import die_with_parent, register_iterable
 
 
 _HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access
@@ -80,6 +82,7 @@ class StreamingDataset:
         epoch_tail: str = "pad",
         storage_options: Optional[dict] = None,
         download_threads: int = 4,
+        world: Optional[World] = None,
     ) -> None:
         self.options = DatasetOptions(
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
@@ -96,6 +99,11 @@ class StreamingDataset:
         if isinstance(download_threads, bool) or not isinstance(download_threads, int) or download_threads < 1:
             raise InvalidArgumentError(f"download_threads={download_threads!r} must be an int >= 1")
         self.download_threads = download_threads
+        if world is not None and not isinstance(world, World):
+            raise InvalidArgumentError(f"world={world!r} must be a shardstream.plan.World or None")
+        self.world = world
+        self._parent_world: Optional[World] = None  # the ranks of the process that pickled this copy
+        register_iterable(type(self))
         self.split = split
         self.remote, self.local = _locations(remote, local)
         self.dirname = os.path.join(self.local, split) if split else self.local
@@ -128,8 +136,20 @@ class StreamingDataset:
         self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
         fingerprint = xxhash.xxh64(self.shard_sizes.astype("<i8").tobytes()).hexdigest()
         self._order = Order(self.shard_sizes, self.options, fingerprint)
-        average = self.num_samples / max(len(self.shards), 1)
-        self.predownload = predownload if predownload is not None else default_predownload(batch_size, average)
+        self._default_predownload = predownload is None
+        self.predownload = predownload if predownload is not None else default_predownload(batch_size, self._average)
+
+    @property
+    def _average(self) -> float:
+        return self.num_samples / max(len(self.shards), 1)
+
+    def _adopt_batch_size(self, batch_size: int) -> None:
+        """Take a loader's per-device ``batch_size`` when the dataset was built without one."""
+        self.batch_size = batch_size
+        self.options = dataclasses.replace(self.options, batch_size=batch_size)
+        self._order.options = self.options
+        if self._default_predownload:
+            self.predownload = default_predownload(batch_size, self._average)
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -198,23 +218,48 @@ class StreamingDataset:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.iterate()
 
+    def detect_world(self) -> World:
+        """The world this process reads as (see :mod:`shardstream.loader.world`)."""
+        return detect_world(self.options.replication, explicit=self.world, parent=self._parent_world)
+
     def iterate(self, world: Optional[World] = None) -> Iterator[dict[str, Any]]:
         """Start the next pass and return an iterator over this reader's share of it.
 
-        ``world`` defaults to the launcher's environment (``RANK``, ``WORLD_SIZE``,
-        ``LOCAL_WORLD_SIZE``) and the DataLoader worker this runs in. The pass is the
-        pending resumption point if :meth:`load_state_dict` was called, else the next
-        epoch from its start. Samples come in global steps of
-        ``batch_size * ranks``; this reader yields its ``batch_size`` slice of each.
+        ``world`` defaults to :meth:`detect_world`. The pass is the pending resumption
+        point if :meth:`load_state_dict` was called, else the next epoch from its start.
+        Samples come in global steps of ``batch_size * ranks``; this reader yields its
+        ``batch_size`` slice of each. A subclass that overrides ``__getitem__`` or
+        ``get_item`` (to transform samples) has each sample fetched through it.
         """
-        world = world or detect_world(self.options.replication)
-        current = self._order.begin(world)
-        return self._samples(current)
-
-    def _samples(self, current) -> Iterator[dict[str, Any]]:
+        die_with_parent()
+        current = self._order.begin(world or self.detect_world())
+        if self._overridden_getitem():
+            return self._custom_samples(current)
         if self.remote is not None:
             return self._cached_samples(current)
         return self._local_samples(current)
+
+    def iterate_batches(self, world: Optional[World] = None,
+                        columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
+        """Like :meth:`iterate`, but yield each step's ``batch_size`` samples as one column batch.
+
+        Batches are decoded with the vectorised batch decoder (:mod:`shardstream.format.batch`):
+        numeric columns become arrays, fixed-shape arrays ``(batch, *shape)`` arrays,
+        variable-length arrays :class:`~shardstream.Ragged`, other columns lists.
+        """
+        die_with_parent()
+        current = self._order.begin(world or self.detect_world())
+        if columns is not None:
+            unknown = sorted(set(columns) - set(self.column_names))
+            if unknown:
+                raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        if self.remote is not None:
+            return self._cached_batches(current, columns)
+        return self._local_batches(current, columns)
+
+    def _overridden_getitem(self) -> bool:
+        cls = type(self)
+        return cls.__getitem__ is not StreamingDataset.__getitem__ or cls.get_item is not StreamingDataset.get_item
 
     def _locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         flat = ids.ravel()
@@ -239,25 +284,73 @@ class StreamingDataset:
                 current.yielded += 1
                 yield sample
 
-    def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
-        """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
+    def _local_batches(self, current, columns) -> Iterator[dict[str, Any]]:
+        for _, ids in current.plan.iter_worker(current.world, current.start):
+            flat, shards, local = self._locate(ids)
+            step = ids.shape[1]
+            for lo in range(0, len(flat), step):
+                batch = _decode_step(self.reader, shards[lo:lo + step], local[lo:lo + step], columns)
+                current.yielded += step
+                yield batch
+
+    def _custom_samples(self, current) -> Iterator[Any]:
+        """Plan order through the subclass's ``__getitem__`` (shards still fetched ahead)."""
+        if self.remote is None:
+            for _, ids in current.plan.iter_worker(current.world, current.start):
+                for i in ids.ravel().tolist():
+                    current.yielded += 1
+                    yield self[i]
+            return
+        for chunk, _ in self._prefetched(current):
+            for i in chunk.flat.tolist():
+                current.yielded += 1
+                yield self[i]
+
+    def _prefetched(self, current) -> Iterator[tuple[Chunk, set]]:
+        """The worker's chunks with their shards pinned ahead (see :mod:`.prefetch`); a chunk's
+        pins are dropped once the consumer asks for the next chunk, so shards shared by both stay."""
         step = max(current.plan.device_batch(current.world), 1)
         rows = max(1, min(2048, self.predownload // 4) // step)  # steps per chunk
         prefetcher = Prefetcher(self._cache, self._chunks(current, rows), self.predownload, self.download_threads)
         previous = None
-        held = {"own": None}  # a shard pinned beyond the limit, kept until the loop leaves it
         try:
             for chunk, pinned in prefetcher:
-                if previous is not None:  # unpin only now, so shards used by both chunks stay open
+                if previous is not None:
                     prefetcher.done(*previous)
                 previous = (chunk, pinned)
-                yield from self._chunk_samples(current, chunk, pinned, held)
+                yield chunk, pinned
         finally:
             if previous is not None:
                 prefetcher.done(*previous)
+            prefetcher.close()
+
+    def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
+        """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
+        held = {"own": None}  # a shard pinned beyond the limit, kept until the loop leaves it
+        try:
+            for chunk, pinned in self._prefetched(current):
+                yield from self._chunk_samples(current, chunk, pinned, held)
+        finally:
             if held["own"] is not None:
                 self._cache.unpin(held["own"])
-            prefetcher.close()
+
+    def _cached_batches(self, current, columns) -> Iterator[dict[str, Any]]:
+        """Column batches of a remote dataset; a shard not pinned ahead is pinned for its step only."""
+        cache = self._cache
+        step = max(current.plan.device_batch(current.world), 1)
+        for chunk, pinned in self._prefetched(current):
+            for lo in range(0, chunk.size, step):
+                shards = chunk.shards[lo:lo + step]
+                extra = [s for s in set(shards.tolist()) if s not in pinned]
+                for s in extra:
+                    cache.pin(s)
+                try:
+                    batch = _decode_step(cache.reader, shards, chunk.local[lo:lo + step], columns)
+                finally:
+                    for s in extra:
+                        cache.unpin(s)
+                current.yielded += step
+                yield batch
 
     def _chunks(self, current, rows: int) -> Iterator[Chunk]:
         """The worker's upcoming samples as chunks of ``rows`` steps (the plan is computed in larger blocks)."""
@@ -370,7 +463,7 @@ class StreamingDataset:
 
     def epoch_plan(self, epoch: Optional[int] = None, world: Optional[World] = None):
         """The :class:`~shardstream.plan.EpochPlan` of ``epoch`` (default: the next) for ``world``."""
-        world = world or detect_world(self.options.replication)
+        world = world or self.detect_world()
         order = self._order
         spec = order.spec(world)
         return order.plan(spec).epoch(order.next_epoch if epoch is None else epoch, order.global_batch(world))
@@ -397,7 +490,7 @@ class StreamingDataset:
 
     def _world_now(self) -> World:
         cur = self._order.current
-        return cur.world if cur is not None else detect_world(self.options.replication)
+        return cur.world if cur is not None else self.detect_world()
 
     # -- batches --------------------------------------------------------------------
     def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -449,7 +542,17 @@ class StreamingDataset:
         state = self.__dict__.copy()
         state["_readers"] = [None] * len(self.shards)
         state["_getters"] = [None] * len(self.shards)
+        if self.world is None and self._parent_world is None:
+            # DataLoader workers read as the rank that handed them this copy, even when the
+            # rank's world came from a process group the workers cannot see
+            try:
+                state["_parent_world"] = rank_world(self.options.replication)
+            except InvalidArgumentError:
+                state["_parent_world"] = None
         return state
+
+
+register_iterable(StreamingDataset)
 
 
 def _refuse_unsafe(shards: list[ShardInfo]) -> None:
@@ -460,6 +563,40 @@ def _refuse_unsafe(shards: list[ShardInfo]) -> None:
                     f"column {name!r} (shard {i}) uses encoding {enc.name!r}, which can run arbitrary code "
                     "when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
                 )
+
+
+def _decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[str, Any]:
+    """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order:
+    each run of samples from one shard is decoded at once (a range read when consecutive)."""
+    cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1
+    if not cuts.size:
+        return _decode_run(reader(int(shards[0])), local, columns)
+    if bool((shards[cuts] > shards[cuts - 1]).all()):  # each shard in one run: decode the runs in order
+        bounds = [0, *cuts.tolist(), len(shards)]
+        return concat_batches([_decode_run(reader(int(shards[lo])), local[lo:hi], columns)
+                               for lo, hi in zip(bounds[:-1], bounds[1:])])
+    order = np.argsort(shards, kind="stable")
+    grouped, at = shards[order], local[order]
+    cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
+    if (cuts.size + 1) * 8 > len(shards):  # few samples per shard: decode per sample, then stack
+        getters = {s: reader(s).get_unchecked for s in set(shards.tolist())}
+        samples = [getters[s](i) for s, i in zip(shards.tolist(), local.tolist())]
+        return stack_samples(samples, column_kinds(reader(int(shards[0])), columns))
+    # decode each shard's samples at once, then put the rows back in step order
+
+    bounds = [0, *cuts.tolist(), len(shards)]
+    batch = concat_batches([_decode_run(reader(int(grouped[lo])), at[lo:hi], columns)
+                            for lo, hi in zip(bounds[:-1], bounds[1:])])
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return take_rows(batch, inverse)
+
+
+def _decode_run(reader: ShardReader, local: np.ndarray, columns) -> dict[str, Any]:
+    first, n = int(local[0]), len(local)
+    if int(local[-1]) - first == n - 1 and (n < 3 or bool((local[1:] - local[:-1] == 1).all())):
+        return decode_range(reader, first, first + n, columns)
+    return decode_batch(reader, local, columns)
 
 
 def _long_runs(flat: np.ndarray, shards: np.ndarray) -> Optional[list[int]]:

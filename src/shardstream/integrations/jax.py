@@ -1,0 +1,55 @@
+"""JAX: the host's world from ``jax.process_index()`` and a loader of per-host numpy batches.
+
+Each JAX process (host) reads its own ``batch_size`` samples of every global step;
+``batch_size * jax.process_count()`` is the global batch. Batches are numpy arrays,
+decoded ahead in a background thread; place them on devices with ``sharding``
+(``jax.make_array_from_process_local_data``, the multi-host way to build one global
+array from each host's part) or leave them on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+
+from ..format.batch import Ragged
+from ..loader.batches import BatchLoader
+from ..plan import World
+
+
+def jax_world(replication: Optional[int] = None) -> World:
+    """One rank per JAX process: ``node = jax.process_index()`` of ``jax.process_count()``.
+
+    Asking starts JAX's backend if it is not running yet (``JaxLoader`` needs it anyway)."""
+    return World(num_nodes=jax.process_count(), ranks_per_node=1, node=jax.process_index(),
+                 replication=replication or 1)
+
+
+def _placer(sharding):
+    def place(batch: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in batch.items():
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                out[name] = jax.make_array_from_process_local_data(sharding, value)
+            elif isinstance(value, Ragged):
+                out[name] = value  # variable-length rows: pad them first (Ragged.to_padded) to shard them
+            else:
+                out[name] = value
+        return out
+    return place
+
+
+class JaxLoader(BatchLoader):
+    """A :class:`~shardstream.loader.batches.BatchLoader` for JAX hosts.
+
+    ``sharding``: a ``jax.sharding.Sharding`` of the global batch; each numpy column is
+    turned into a global ``jax.Array`` in the background thread. Without it, batches stay
+    numpy arrays on the host.
+    """
+
+    def __init__(self, dataset, *, sharding=None, columns: Optional[Sequence[str]] = None, prefetch: int = 2,
+                 world: Optional[World] = None) -> None:
+        super().__init__(dataset, world=world or jax_world(dataset.options.replication), columns=columns,
+                         prefetch=prefetch, transform=None if sharding is None else _placer(sharding))

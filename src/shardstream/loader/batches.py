@@ -1,0 +1,161 @@
+"""``BatchLoader``: column batches of numpy arrays, decoded ahead in a background thread.
+
+For training loops with no PyTorch DataLoader (JAX, plain numpy): each ``iter(loader)``
+runs the dataset's next pass and yields this process's ``batch_size`` samples of every
+global step as one column batch (see ``StreamingDataset.iterate_batches``). A thread
+decodes up to ``prefetch`` batches ahead. ``state_dict()`` counts the batches handed to
+the loop, not those decoded ahead, so a checkpoint resumes exactly where the loop was,
+on any world size.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from ..errors import InvalidArgumentError, ShardstreamError
+from ..plan import World
+
+_END = object()
+
+
+class LoaderError(ShardstreamError, RuntimeError):
+    """The background decoding thread ended without handing over a result or an error."""
+
+
+class BatchLoader:
+    """Column batches of ``dataset`` for this process (see the module docstring).
+
+    ``world``: this process's place in the job (default: the dataset's ``detect_world``).
+    ``columns``: decode only these. ``transform``: applied to each batch in the thread
+    (for example to place it on devices). ``prefetch``: batches decoded ahead (>= 1).
+    """
+
+    def __init__(self, dataset, *, world: Optional[World] = None, columns: Optional[Sequence[str]] = None,
+                 prefetch: int = 2, transform: Optional[Callable[[dict], Any]] = None) -> None:
+        if not hasattr(dataset, "iterate_batches"):
+            raise InvalidArgumentError(f"BatchLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}")
+        if dataset.batch_size is None:
+            raise InvalidArgumentError(
+                "the dataset has no batch_size; build it with StreamingDataset(..., batch_size=N), N samples "
+                "per process per step"
+            )
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise InvalidArgumentError(f"prefetch={prefetch!r} must be an int >= 1")
+        if world is not None and not isinstance(world, World):
+            raise InvalidArgumentError(f"world={world!r} must be a shardstream.plan.World or None")
+        self.dataset = dataset
+        self.world = world
+        self.columns = None if columns is None else list(columns)
+        self.prefetch = prefetch
+        self.transform = transform
+        self._batches = 0
+        self._counting = False
+        self._active: Optional[_Producer] = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self.close()
+        source = self.dataset.iterate_batches(self.world, self.columns)  # begins the pass now
+        self._batches = 0
+        self._counting = True
+        producer = _Producer(source, self.prefetch, self.transform)
+        self._active = producer
+        return self._consume(producer)
+
+    def _consume(self, producer: "_Producer") -> Iterator[Any]:
+        try:
+            while True:
+                item = producer.get()
+                if item is _END:
+                    return
+                self._batches += 1
+                yield item
+        finally:
+            producer.stop()
+
+    def close(self) -> None:
+        """Stop the background thread of the pass in progress, if any."""
+        if self._active is not None:
+            self._active.stop()
+            self._active = None
+
+    def __len__(self) -> int:
+        """Batches this process receives in the pass in progress (else in the next one)."""
+        order = self.dataset._order
+        cur = order.current if self._counting else None
+        if cur is None:
+            cur = order.upcoming(self.world or self.dataset.detect_world())
+        return (cur.plan.end - cur.start) // cur.plan.global_batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's state after the batches handed to the loop (every process computes the same)."""
+        cur = self.dataset._order.current
+        if not self._counting or cur is None:
+            return self.dataset.state_dict()
+        return self.dataset.state_dict(num_samples=self._batches * cur.plan.global_batch, from_beginning=False)
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        """Resume at the state's position on the next ``iter(loader)``."""
+        self.close()
+        self.dataset.load_state_dict(obj)
+        self._counting = False
+        self._batches = 0
+
+
+class _Producer:
+    """A thread that fills a bounded queue from an iterator; errors and the end travel in order."""
+
+    def __init__(self, source: Iterator[Any], depth: int, transform) -> None:
+        self._source = source
+        self._transform = transform
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shardstream-batches", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for batch in self._source:
+                if self._transform is not None:
+                    batch = self._transform(batch)
+                if not self._put(batch):
+                    return
+            self._put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            self._put(exc)
+        finally:
+            close = getattr(self._source, "close", None)
+            if close is not None:
+                close()
+
+    def get(self) -> Any:
+        while True:
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise LoaderError("the batch decoding thread ended without a result") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item  # the original error, its traceback showing where in the thread it happened
+            return item
+
+    def stop(self) -> None:
+        self._stop.set()
+        while True:  # unblock a thread waiting on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)

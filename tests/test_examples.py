@@ -1,0 +1,27 @@
+"""The examples run end to end (small sizes) and check their own results."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_jax_example_trains_and_resumes(tmp_path):
+    pytest.importorskip("jax")
+    out = subprocess.run([sys.executable, str(EXAMPLES / "jax_train.py"), "--samples", "6000", "--dir",
+                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "identical to an uninterrupted epoch" in out.stdout
+
+
+def test_jax_example_falls_back_to_numpy(tmp_path):
+    code = ("import sys, runpy; sys.modules['jax'] = None; sys.argv = ['jax_train.py', '--samples', '6000', "
+            f"'--dir', {str(tmp_path)!r}]; runpy.run_path({str(EXAMPLES / 'jax_train.py')!r}, run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "identical to an uninterrupted epoch" in out.stdout
