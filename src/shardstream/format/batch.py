@@ -288,15 +288,16 @@ def take_rows(batch: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
 
 
 def column_kinds(reader: ShardReader, columns: Optional[Sequence[str]] = None) -> list[tuple[str, str, Any]]:
-    """``(name, kind, dtype)`` per column, kind as :func:`decode_batch` returns it:
-    ``array`` (numeric and fixed-shape), ``ragged`` (variable-length typed arrays) or ``list``."""
+    """``(name, kind, detail)`` per column, kind as :func:`decode_batch` returns it: ``array``
+    (numeric and fixed-shape; detail ``(dtype, shape)``), ``ragged`` (variable-length typed
+    arrays; detail the dtype) or ``list`` (detail None)."""
     info = reader.info
     out = []
     for name, enc, fixed in zip(info.column_names, info.encodings, info.column_sizes):
         if columns is not None and name not in columns:
             continue
         if enc.np_dtype is not None and enc.shape is not None and fixed is not None:
-            out.append((name, "array", enc.np_dtype))
+            out.append((name, "array", (enc.np_dtype, tuple(enc.shape))))
         elif isinstance(enc, NDArray) and enc.dtype is not None:
             out.append((name, "ragged", enc.np_dtype))
         else:
@@ -310,7 +311,8 @@ def stack_samples(samples: list[dict[str, Any]], kinds: list[tuple[str, str, Any
     for name, kind, dtype in kinds:
         values = [s[name] for s in samples]
         if kind == "array":
-            out[name] = np.asarray(values, dtype) if not values or np.ndim(values[0]) == 0 else np.stack(values)
+            dtype, shape = dtype
+            out[name] = np.stack(values) if values and shape else np.asarray(values, dtype).reshape((-1, *shape))
         elif kind == "ragged":
             sizes = np.fromiter((v.size for v in values), np.int64, len(values))
             offsets = np.zeros(len(values) + 1, np.int64)

@@ -117,6 +117,7 @@ class StreamingDataLoader(DataLoader):
         self._pin = pin_memory
         self._batches = 0  # handed to the loop in the pass in progress
         self._counting = False  # whether _batches belongs to the dataset's current pass
+        self._finished = False  # whether that pass has ended
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
         if self.batch_decode:
             kwargs.pop("drop_last", None)  # every step is a full batch; torch refuses it without auto-batching
@@ -138,6 +139,7 @@ class StreamingDataLoader(DataLoader):
         self._expect = (order.next_epoch, order.pending)
         self._batches = 0
         self._counting = True
+        self._finished = False
         return self._count(it)
 
     def _count(self, it) -> Iterator[Any]:
@@ -145,6 +147,7 @@ class StreamingDataLoader(DataLoader):
         for batch in it:
             self._batches += 1
             yield to_torch(batch, pin) if self._convert else batch
+        self._finished = True
 
     def _drop_workers(self) -> None:
         it = self._iterator
@@ -155,7 +158,7 @@ class StreamingDataLoader(DataLoader):
     def __len__(self) -> int:
         """Batches this rank receives in the pass in progress (else in the next one)."""
         ds = self.streaming_dataset
-        cur = ds._order.current if self._counting else None
+        cur = ds._order.current if self._counting and not self._finished else None
         if cur is None:
             cur = ds._order.upcoming(ds.detect_world())
         return (cur.plan.end - cur.start) // cur.plan.global_batch

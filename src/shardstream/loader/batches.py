@@ -52,6 +52,7 @@ class BatchLoader:
         self.transform = transform
         self._batches = 0
         self._counting = False
+        self._finished = False
         self._active: Optional[_Producer] = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -59,6 +60,7 @@ class BatchLoader:
         source = self.dataset.iterate_batches(self.world, self.columns)  # begins the pass now
         self._batches = 0
         self._counting = True
+        self._finished = False
         producer = _Producer(source, self.prefetch, self.transform)
         self._active = producer
         return self._consume(producer)
@@ -68,6 +70,7 @@ class BatchLoader:
             while True:
                 item = producer.get()
                 if item is _END:
+                    self._finished = True
                     return
                 self._batches += 1
                 yield item
@@ -83,7 +86,7 @@ class BatchLoader:
     def __len__(self) -> int:
         """Batches this process receives in the pass in progress (else in the next one)."""
         order = self.dataset._order
-        cur = order.current if self._counting else None
+        cur = order.current if self._counting and not self._finished else None
         if cur is None:
             cur = order.upcoming(self.world or self.dataset.detect_world())
         return (cur.plan.end - cur.start) // cur.plan.global_batch

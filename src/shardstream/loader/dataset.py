@@ -104,6 +104,8 @@ class StreamingDataset:
         self.world = world
         self._parent_world: Optional[World] = None  # the ranks of the process that pickled this copy
         register_iterable(type(self))
+        # a subclass that overrides get_item (mosaicml-streaming's hook for transforms) is called by ds[i]
+        self._inline_get = type(self).get_item is StreamingDataset.get_item
         self.split = split
         self.remote, self.local = _locations(remote, local)
         self.dirname = os.path.join(self.local, split) if split else self.local
@@ -195,7 +197,7 @@ class StreamingDataset:
         return get(i - self._starts[shard])
 
     def __getitem__(self, key):
-        if type(key) is int and 0 <= key < self.num_samples:  # the hot path, inlined
+        if type(key) is int and 0 <= key < self.num_samples and self._inline_get:  # the hot path, inlined
             shard = bisect_right(self._ends, key)
             get = self._getters[shard] or self._open_getter(shard)
             return get(key - self._starts[shard])
@@ -247,12 +249,12 @@ class StreamingDataset:
         numeric columns become arrays, fixed-shape arrays ``(batch, *shape)`` arrays,
         variable-length arrays :class:`~shardstream.Ragged`, other columns lists.
         """
-        die_with_parent()
-        current = self._order.begin(world or self.detect_world())
-        if columns is not None:
+        if columns is not None:  # before the pass begins, so a refused call leaves a pending resume alone
             unknown = sorted(set(columns) - set(self.column_names))
             if unknown:
                 raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        die_with_parent()
+        current = self._order.begin(world or self.detect_world())
         if self.remote is not None:
             return self._cached_batches(current, columns)
         return self._local_batches(current, columns)
@@ -294,17 +296,19 @@ class StreamingDataset:
                 yield batch
 
     def _custom_samples(self, current) -> Iterator[Any]:
-        """Plan order through the subclass's ``__getitem__`` (shards still fetched ahead)."""
+        """Plan order through the subclass's ``__getitem__`` or ``get_item`` (shards still fetched ahead)."""
+        cls = type(self)
+        fetch = self.__getitem__ if cls.__getitem__ is not StreamingDataset.__getitem__ else self.get_item
         if self.remote is None:
             for _, ids in current.plan.iter_worker(current.world, current.start):
                 for i in ids.ravel().tolist():
                     current.yielded += 1
-                    yield self[i]
+                    yield fetch(i)
             return
         for chunk, _ in self._prefetched(current):
             for i in chunk.flat.tolist():
                 current.yielded += 1
-                yield self[i]
+                yield fetch(i)
 
     def _prefetched(self, current) -> Iterator[tuple[Chunk, set]]:
         """The worker's chunks with their shards pinned ahead (see :mod:`.prefetch`); a chunk's

@@ -3,8 +3,11 @@
 Per shard there is one empty lock file under ``<cache>/.shardstream/locks/``:
 
 - a **reader** holds a shared lock while it uses the shard (a *pin*);
-- a **downloader** holds the exclusive lock while it fetches, so each shard is
-  downloaded once and the others wait for it;
+- a **downloader** first queues on the shard's download lock (``<name>.lock.dl``,
+  exclusive: one downloader at a time), holding nothing on the shard itself, so it
+  never waits behind processes that keep the shard pinned; then it holds the
+  exclusive lock while it fetches, so each shard is downloaded once and the others
+  wait for it;
 - an **evictor** deletes a shard only if it gets the exclusive lock without
   waiting, so a shard in use is never deleted under a reader.
 
@@ -247,18 +250,30 @@ class ShardCache:
                 return room
             if self.fetcher is None and self.shards[i].zip_data is None:
                 return True  # the reader reports the missing file with its path
-            if not self._wait(lock, True, blocking, i):
-                return False
-            if not self.present(i):
-                self._clear(i, keep_files=True)
-                reservation = None
-                if self.limit is not None:
-                    room, reservation = self._make_room(i, must)
-                    if not room:
-                        return False
-                self._materialise(i, reservation)
-                fetched = True
-            # back to shared; another process may evict in between, so check again
+            # Never wait for the exclusive lock while others may hold the shard for a long time: first
+            # queue on the shard's download lock (one downloader at a time), with no lock on the shard.
+            lock.release()
+            downloading = FileLock(self._lock(i).path + ".dl")
+            try:
+                if not self._wait(downloading, True, blocking, i):
+                    return False
+                if self.present(i):
+                    continue  # the previous downloader brought it
+                # only processes passing through (a present check, an eviction attempt) hold it now
+                if not self._wait(lock, True, blocking, i):
+                    return False
+                if not self.present(i):
+                    self._clear(i, keep_files=True)
+                    reservation = None
+                    if self.limit is not None:
+                        room, reservation = self._make_room(i, must)
+                        if not room:
+                            return False
+                    self._materialise(i, reservation)
+                    fetched = True
+            finally:
+                downloading.release()
+            # back to shared at the top of the loop; another process may evict in between, so check again
         raise DownloadError(f"shard {i} ({self.shards[i].raw_data.basename}) kept disappearing after download; "
                             "the cache limit is far too small for the processes sharing it")
 
