@@ -111,6 +111,8 @@ class StreamingDataLoader(DataLoader):
         _adopt_batch_size(dataset, batch_size)
         if batch_decode is None:
             batch_decode = collate_fn is None and collates_alike(dataset, columns)
+        elif batch_decode:
+            dataset._check_batchable(columns)
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
         self._convert = self.batch_decode and collate_fn is None

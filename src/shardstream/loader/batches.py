@@ -45,6 +45,7 @@ class BatchLoader:
             raise InvalidArgumentError(f"prefetch={prefetch!r} must be an int >= 1")
         if world is not None and not isinstance(world, World):
             raise InvalidArgumentError(f"world={world!r} must be a shardstream.plan.World or None")
+        dataset._check_batchable(columns)
         self.dataset = dataset
         self.world = world
         self.columns = None if columns is None else list(columns)
@@ -143,6 +144,8 @@ class _Producer:
 
     def get(self) -> Any:
         while True:
+            if self._stop.is_set():
+                return _END  # closed, or replaced by a newer pass: this iterator simply ends
             try:
                 item = self._queue.get(timeout=1.0)
             except queue.Empty:

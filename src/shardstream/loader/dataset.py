@@ -249,15 +249,25 @@ class StreamingDataset:
         numeric columns become arrays, fixed-shape arrays ``(batch, *shape)`` arrays,
         variable-length arrays :class:`~shardstream.Ragged`, other columns lists.
         """
-        if columns is not None:  # before the pass begins, so a refused call leaves a pending resume alone
-            unknown = sorted(set(columns) - set(self.column_names))
-            if unknown:
-                raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        self._check_batchable(columns)  # before the pass begins, so a refused call leaves a pending resume alone
         die_with_parent()
         current = self._order.begin(world or self.detect_world())
         if self.remote is not None:
             return self._cached_batches(current, columns)
         return self._local_batches(current, columns)
+
+    def _check_batchable(self, columns: Optional[Sequence[str]]) -> None:
+        """Refuse column batches that would be wrong: unknown columns, or a subclass whose samples
+        are made by its own ``__getitem__`` / ``get_item`` (decoding raw columns would skip it)."""
+        if columns is not None:
+            unknown = sorted(set(columns) - set(self.column_names))
+            if unknown:
+                raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        if self._overridden_getitem():
+            raise InvalidArgumentError(
+                f"{type(self).__name__} overrides __getitem__ or get_item, which column batches would bypass; "
+                "iterate samples instead (iter(ds), or StreamingDataLoader with batch_decode=False)"
+            )
 
     def _overridden_getitem(self) -> bool:
         cls = type(self)

@@ -1,0 +1,1 @@
+"""Tests of the framework integrations: PyTorch DataLoaders, the threaded BatchLoader, JAX."""
