@@ -25,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import bench_loader
 import bench_plan
 import bench_remote
 import common
@@ -365,6 +366,10 @@ def render(R: dict) -> str:
     if R.get("remote"):
         L += [bench_remote.markdown(R["remote"]).replace("## Streaming from S3", f"## {n}. Streaming from S3", 1), ""]
         n += 1
+    if R.get("loader"):
+        L += [bench_loader.markdown(R["loader"]).replace("## PyTorch DataLoader", f"## {n}. PyTorch DataLoader", 1),
+              ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -411,6 +416,15 @@ def main() -> None:
                     "(bench/bench_plan.py; comma-separated, empty to skip)")
     ap.add_argument("--remote-samples", type=int, default=bench_remote.DEFAULT_SAMPLES,
                     help="samples of the streaming-from-S3 section (bench/bench_remote.py; 0 to skip)")
+    ap.add_argument("--loader-samples", type=int, default=bench_loader.DEFAULT_SAMPLES,
+                    help="samples of the PyTorch DataLoader section (bench/bench_loader.py; 0 to skip)")
+    ap.add_argument("--loader-repeats", type=int, default=3,
+                    help="timed epochs per DataLoader throughput case (0 skips the throughput part)")
+    ap.add_argument("--loader-resume-repeats", type=int, default=3,
+                    help="fresh processes per library and position for DataLoader resumption (0 skips it)")
+    ap.add_argument("--loader-wait", type=float, default=30.0,
+                    help="before each DataLoader measurement, wait up to this many seconds for the CPUs to be "
+                    "at most 25%% busy (0: never wait)")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.from_json:
@@ -465,6 +479,14 @@ def main() -> None:
     if args.remote_samples:
         R["remote"] = bench_remote.run_remote(os.path.join(work, "remote"), args.peer_python, args.remote_samples,
                                               keep_data=args.keep_data)
+    if args.loader_samples:
+        R["loader"] = bench_loader.run_loader(os.path.join(work, "loader"), args.peer_python, args.loader_samples,
+                                              repeats=args.loader_repeats,
+                                              resume_repeats=args.loader_resume_repeats, wait_s=args.loader_wait,
+                                              keep_data=args.keep_data)
+        wrong = bench_loader.failed(R["loader"])
+        if wrong:
+            log(f"!! DataLoader section: failed or wrong: {', '.join(wrong)}")
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start

@@ -21,7 +21,7 @@ from shardstream import (
     StreamingDataset,
     World,
 )
-from shardstream.loader.dataset import _decode_step
+from shardstream.loader.passes import decode_step as _decode_step
 
 N = 150
 BS = 8
@@ -213,7 +213,7 @@ def _shard_ids(ds, shard: int) -> list[int]:
 
 
 def test_decode_step_strategies(mixed, monkeypatch):
-    import shardstream.loader.dataset as module
+    import shardstream.loader.passes as module
 
     used = []
     for name in ("stack_samples", "take_rows"):

@@ -135,9 +135,12 @@ class StreamingDataLoader(DataLoader):
         order = ds._order
         if self.num_workers and self._iterator is not None and self._expect != (order.next_epoch, order.pending):
             self._drop_workers()  # persistent workers would run another pass than the one asked for
+        world = dataclasses.replace(ds.detect_world(), num_workers=self.num_workers, worker=0)
+        if self.num_workers:
+            order.upcoming(world)  # the plan is built (and cached) once here, before workers fork
         it = super().__iter__()  # workers start (or resume) here, from the dataset's state as it is now
         if self.num_workers:  # the main process keeps the record of the pass the workers run
-            order.begin(dataclasses.replace(ds.detect_world(), num_workers=self.num_workers, worker=0))
+            order.begin(world)
         self._expect = (order.next_epoch, order.pending)
         self._batches = 0
         self._counting = True
