@@ -68,13 +68,13 @@ def collates_alike(dataset, columns: Optional[Sequence[str]] = None) -> bool:
     if dataset._overridden_getitem() or not dataset.shards:
         return False
     wanted = None if columns is None else set(columns)
-    for shard in dataset.shards[:1]:
-        for name, enc, fixed in zip(shard.column_names, shard.encodings, shard.column_sizes):
-            if wanted is not None and name not in wanted:
-                continue
-            array = enc.np_dtype is not None and enc.shape is not None and fixed is not None
-            if not (array or enc.name in _BYTES_LIKE):
-                return False
+    shard = dataset.shards[0]  # every shard of a dataset has the same columns
+    for name, enc, fixed in zip(shard.column_names, shard.encodings, shard.column_sizes):
+        if wanted is not None and name not in wanted:
+            continue
+        array = enc.np_dtype is not None and enc.shape is not None and fixed is not None
+        if not (array or enc.name in _BYTES_LIKE):
+            return False
     return True
 
 
@@ -108,11 +108,11 @@ class StreamingDataLoader(DataLoader):
             raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1 (the per-device batch)")
-        _adopt_batch_size(dataset, batch_size)
         if batch_decode is None:
             batch_decode = collate_fn is None and collates_alike(dataset, columns)
         elif batch_decode:
             dataset._check_batchable(columns)
+        _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
         self._convert = self.batch_decode and collate_fn is None
