@@ -358,18 +358,6 @@ def machine_info() -> dict:
     return bench_remote.machine_info()
 
 
-def git_rev() -> str:
-    """The commit under test, and whether src/ differs from it."""
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
-                               text=True, check=False).stdout.strip()
-        return rev + (" (src/ has uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _loadavg() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -519,7 +507,7 @@ def run_loader(work_dir: str, peer_python: str | None, samples_n: int = DEFAULT_
     libraries = ("shardstream", "mosaic", "litdata") if have_peer else ("shardstream",)
     cases = tuple(c for c in (cases or tuple(CASES)) if CASES[c][0] in libraries)
     R: dict = {"date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-               "machine": machine_info(), "git": git_rev(), "loadavg_before": _loadavg(),
+               "machine": machine_info(), "git": common.git_rev(), "loadavg_before": _loadavg(),
                "config": {"samples": n, "batch_size": BATCH, "num_workers": WORKERS, "sample_bytes": SAMPLE_BYTES,
                           "seed": common.SEED + SEED_OFFSET, "repeats": repeats, "resume_repeats": resume_repeats,
                           "skip_batches": skip, "orders": list(orders), "cases": list(cases),
@@ -823,9 +811,7 @@ def main() -> None:
     R = run_loader(args.work, args.peer_python or None, args.samples, repeats=args.repeats,
                    resume_repeats=args.resume_repeats, orders=orders, cases=cases, skip=args.skip_batches,
                    max_busy=args.max_busy, wait_s=args.wait, keep_data=args.keep_data)
-    R["command"] = " ".join(shlex.quote(a) for a in [
-        os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
-        os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]])
+    R["command"] = common.command_line(__file__)
     text = markdown(R)
     print(text)
     if args.out:

@@ -469,12 +469,13 @@ def main() -> None:
 
 def standalone(args) -> None:
     sys.path.insert(0, HERE)
+    import common
     import run
 
     peer = None if args.skip_peer else args.peer_python
     P = run_all(parse_sizes(args.sizes), [a for a in args.algos.split(",") if a], peer, args.repeats,
                 args.mem_cap_gib, args.timeout)
-    P["machine"], P["git"] = run.machine_info(), run.git_rev()
+    P["machine"], P["git"] = run.machine_info(), common.git_rev()
     P["command"] = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT),
                                                       os.path.relpath(__file__, ROOT), *sys.argv[1:]])
     if args.json:

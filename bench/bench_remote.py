@@ -514,9 +514,7 @@ def main() -> None:
                    shard_bytes=int(args.shard_mb * 2**20), first_repeats=args.first_repeats,
                    threads_row=not args.no_threads_row,
                    nodes=not args.no_nodes, keep_data=args.keep_data)
-    R["command"] = " ".join(shlex.quote(a) for a in [
-        os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
-        os.path.relpath(os.path.abspath(__file__), ROOT), *sys.argv[1:]])
+    R["command"] = common.command_line(__file__)
     text = markdown(R)
     print(text)
     if args.out:

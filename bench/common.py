@@ -20,7 +20,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any, Callable
 
@@ -304,3 +307,25 @@ def get(d, *keys):
             return None
         d = d[k]
     return d
+
+
+# -- provenance of a benchmark run ---------------------------------------------------------
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def git_rev() -> str:
+    """The commit under test, and whether src/ differs from it."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
+                               text=True, check=False).stdout.strip()
+        return rev + (" (src/ has uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command_line(script: str) -> str:
+    """This process's command line, with paths inside the repository made relative to it."""
+    python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable
+    return " ".join(shlex.quote(a) for a in [python, os.path.relpath(os.path.abspath(script), ROOT), *sys.argv[1:]])

@@ -113,17 +113,6 @@ def machine_info() -> dict:
     return info
 
 
-def git_rev() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
-                               text=True, check=False).stdout.strip()
-        return rev + (" (src/ has uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 # -- formatting ------------------------------------------------------------------------------
 def sps(x) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
@@ -473,7 +462,7 @@ def main() -> None:
                                                       os.path.relpath(os.path.abspath(__file__), ROOT),
                                                       *sys.argv[1:]]),
         "make_form": all(a in ("--peer-python", "--out") for a in sys.argv[1:] if a.startswith("--")),
-        "machine": machine_info(), "git": git_rev(), "loadavg_before": _load(),
+        "machine": machine_info(), "git": common.git_rev(), "loadavg_before": _load(),
         "config": {"samples": args.samples, "vec_samples": args.vec_samples, "img_samples": args.img_samples,
                    "random": args.random, "repeats": args.repeats, "batch_size": args.batch_size,
                    "seed": common.SEED, "sides": sides},

@@ -33,8 +33,8 @@ from .writer import MDSWriter
 __version__ = "0.1.0"
 
 __all__ = [
-    "MDSWriter", "StreamingDataset", "StreamingDataLoader", "BatchLoader", "World", "merge_index", "Ragged", "inspect_dataset", "verify_dataset",
-    "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
+    "MDSWriter", "StreamingDataset", "StreamingDataLoader", "BatchLoader", "World", "merge_index", "Ragged",
+    "inspect_dataset", "verify_dataset", "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",
     "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",

@@ -14,7 +14,6 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from ..format.batch import Ragged
 from ..loader.batches import BatchLoader
 from ..plan import World
 
@@ -33,9 +32,7 @@ def _placer(sharding):
         for name, value in batch.items():
             if isinstance(value, np.ndarray) and value.dtype != object:
                 out[name] = jax.make_array_from_process_local_data(sharding, value)
-            elif isinstance(value, Ragged):
-                out[name] = value  # variable-length rows: pad them first (Ragged.to_padded) to shard them
-            else:
+            else:  # lists stay on the host; Ragged rows need padding (Ragged.to_padded) to be sharded
                 out[name] = value
         return out
     return place

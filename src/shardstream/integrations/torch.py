@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import InvalidArgumentError
 from ..format.batch import Ragged
+from ..loader.batches import Consumed
 
 _BYTES_LIKE = ("str", "bytes")
 
@@ -117,9 +118,7 @@ class StreamingDataLoader(DataLoader):
         self.batch_decode = bool(batch_decode)
         self._convert = self.batch_decode and collate_fn is None
         self._pin = pin_memory
-        self._batches = 0  # handed to the loop in the pass in progress
-        self._counting = False  # whether _batches belongs to the dataset's current pass
-        self._finished = False  # whether that pass has ended
+        self._consumed = Consumed(dataset)
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
         if self.batch_decode:
             kwargs.pop("drop_last", None)  # every step is a full batch; torch refuses it without auto-batching
@@ -142,17 +141,15 @@ class StreamingDataLoader(DataLoader):
         if self.num_workers:  # the main process keeps the record of the pass the workers run
             order.begin(world)
         self._expect = (order.next_epoch, order.pending)
-        self._batches = 0
-        self._counting = True
-        self._finished = False
+        self._consumed.begin()
         return self._count(it)
 
     def _count(self, it) -> Iterator[Any]:
         pin = self._pin and torch.cuda.is_available()
         for batch in it:
-            self._batches += 1
+            self._consumed.batches += 1
             yield to_torch(batch, pin) if self._convert else batch
-        self._finished = True
+        self._consumed.finished = True
 
     def _drop_workers(self) -> None:
         it = self._iterator
@@ -162,27 +159,18 @@ class StreamingDataLoader(DataLoader):
 
     def __len__(self) -> int:
         """Batches this rank receives in the pass in progress (else in the next one)."""
-        ds = self.streaming_dataset
-        cur = ds._order.current if self._counting and not self._finished else None
-        if cur is None:
-            cur = ds._order.upcoming(ds.detect_world())
-        return (cur.plan.end - cur.start) // cur.plan.global_batch
+        return self._consumed.length(self.streaming_dataset.detect_world())
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state after the batches this loader handed to the training loop."""
-        ds = self.streaming_dataset
-        cur = ds._order.current
-        if not self._counting or cur is None:
-            return ds.state_dict()
-        return ds.state_dict(num_samples=self._batches * cur.plan.global_batch, from_beginning=False)
+        return self._consumed.state_dict()
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
-        """Resume at the state's position on the next ``iter(loader)`` (any world size)."""
+        """Resume at the state's position on the next ``iter(loader)`` (any world size); persistent
+        workers are restarted by the next ``iter`` (it sees the pending state)."""
         self.streaming_dataset.load_state_dict(obj)
-        self._counting = False
-        self._batches = 0
-        self._drop_workers()
+        self._consumed.reset()
 
     def __del__(self) -> None:
         try:

@@ -24,6 +24,38 @@ class LoaderError(ShardstreamError, RuntimeError):
     """The background decoding thread ended without handing over a result or an error."""
 
 
+class Consumed:
+    """The batches a loader handed to the training loop in the pass in progress, turned into
+    the dataset's state and the pass's length (shared by every loader)."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+        self.batches = 0
+        self.counting = False  # whether `batches` belongs to the dataset's current pass
+        self.finished = False  # whether that pass has ended
+
+    def begin(self) -> None:
+        self.batches, self.counting, self.finished = 0, True, False
+
+    def reset(self) -> None:
+        """A state was loaded: nothing of the new pass has been handed out yet."""
+        self.batches, self.counting, self.finished = 0, False, False
+
+    def state_dict(self) -> dict[str, Any]:
+        cur = self.dataset._order.current
+        if not self.counting or cur is None:
+            return self.dataset.state_dict()
+        return self.dataset.state_dict(num_samples=self.batches * cur.plan.global_batch, from_beginning=False)
+
+    def length(self, world: World) -> int:
+        """Batches of the pass in progress, else of the next one, for ``world``."""
+        order = self.dataset._order
+        cur = order.current if self.counting and not self.finished else None
+        if cur is None:
+            cur = order.upcoming(world)
+        return (cur.plan.end - cur.start) // cur.plan.global_batch
+
+
 class BatchLoader:
     """Column batches of ``dataset`` for this process (see the module docstring).
 
@@ -51,17 +83,13 @@ class BatchLoader:
         self.columns = None if columns is None else list(columns)
         self.prefetch = prefetch
         self.transform = transform
-        self._batches = 0
-        self._counting = False
-        self._finished = False
+        self._consumed = Consumed(dataset)
         self._active: Optional[_Producer] = None
 
     def __iter__(self) -> Iterator[Any]:
         self.close()
         source = self.dataset.iterate_batches(self.world, self.columns)  # begins the pass now
-        self._batches = 0
-        self._counting = True
-        self._finished = False
+        self._consumed.begin()
         producer = _Producer(source, self.prefetch, self.transform)
         self._active = producer
         return self._consume(producer)
@@ -71,9 +99,9 @@ class BatchLoader:
             while True:
                 item = producer.get()
                 if item is _END:
-                    self._finished = True
+                    self._consumed.finished = True
                     return
-                self._batches += 1
+                self._consumed.batches += 1
                 yield item
         finally:
             producer.stop()
@@ -86,25 +114,17 @@ class BatchLoader:
 
     def __len__(self) -> int:
         """Batches this process receives in the pass in progress (else in the next one)."""
-        order = self.dataset._order
-        cur = order.current if self._counting and not self._finished else None
-        if cur is None:
-            cur = order.upcoming(self.world or self.dataset.detect_world())
-        return (cur.plan.end - cur.start) // cur.plan.global_batch
+        return self._consumed.length(self.world or self.dataset.detect_world())
 
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state after the batches handed to the loop (every process computes the same)."""
-        cur = self.dataset._order.current
-        if not self._counting or cur is None:
-            return self.dataset.state_dict()
-        return self.dataset.state_dict(num_samples=self._batches * cur.plan.global_batch, from_beginning=False)
+        return self._consumed.state_dict()
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at the state's position on the next ``iter(loader)``."""
         self.close()
         self.dataset.load_state_dict(obj)
-        self._counting = False
-        self._batches = 0
+        self._consumed.reset()
 
 
 class _Producer:
