@@ -12,7 +12,7 @@ from shardstream import (
     IndexNotFoundError,
     InvalidArgumentError,
     MDSWriter,
-    NotYetSupportedError,
+    Stream,
     SampleIndexError,
     ShardstreamError,
     StreamingDataset,
@@ -127,16 +127,17 @@ def test_pkl_needs_allow_unsafe_types(tmp_path, make_dataset):
     assert ds[0] == {"obj": {"k": (1, 2)}, "i": 0}
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"streams": [object()]},
-    {"epoch_size": 100},
-])
-def test_not_yet_supported_options(tmp_path, make_dataset, kwargs):
+def test_streams_and_local_together_are_refused(tmp_path, make_dataset):
     out = make_dataset(tmp_path, {"a": "int"}, [{"a": 1}])
-    with pytest.raises(NotYetSupportedError) as info:
-        StreamingDataset(local=out, **kwargs)
-    assert isinstance(info.value, NotImplementedError)
-    assert next(iter(kwargs)) in str(info.value)
+    with pytest.raises(InvalidArgumentError, match="either streams"):
+        StreamingDataset(local=out, streams=[Stream(local=out)])
+
+
+def test_epoch_size_on_one_dataset_resamples_it(tmp_path, make_dataset):
+    out = make_dataset(tmp_path, {"a": "int"}, [{"a": i} for i in range(10)])
+    ds = StreamingDataset(local=out, epoch_size="25")
+    got = sorted(s["a"] for s in ds)
+    assert len(got) == 25 and all(got.count(i) in (2, 3) for i in range(10))
 
 
 def test_remote_equal_to_local_is_allowed(tmp_path, make_dataset):

@@ -26,6 +26,7 @@ from .format.inspect import inspect_dataset
 from .format.verify import VerifyReport, verify_dataset
 from .loader.batches import BatchLoader
 from .loader.dataset import StreamingDataset
+from .loader.stream import Stream, WeightSchedule
 from .plan import World
 from .merge import merge_index
 from .writer import MDSWriter
@@ -33,7 +34,8 @@ from .writer import MDSWriter
 __version__ = "0.1.0"
 
 __all__ = [
-    "MDSWriter", "StreamingDataset", "StreamingDataLoader", "BatchLoader", "World", "merge_index", "Ragged",
+    "MDSWriter", "StreamingDataset", "Stream", "WeightSchedule", "StreamingDataLoader", "BatchLoader", "World",
+    "merge_index", "Ragged",
     "inspect_dataset", "verify_dataset", "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 import xxhash
 
-from ..errors import InvalidArgumentError, NotYetSupportedError, SampleIndexError, UnsafeEncodingError
+from ..errors import InvalidArgumentError, SampleIndexError, UnsafeEncodingError
 from ..format.batch import concat_batches, decode_batch, decode_range
 from ..format.hashing import check_hash
 from ..format.index import ShardInfo, read_index
@@ -29,13 +29,15 @@ from ..format.reader import ShardReader, open_shard
 from ..plan import World
 from ..storage.cache import ShardCache
 from ..storage.fetch import Fetcher
-from ..storage.fs import default_local, is_remote, join, local_path
+from ..storage.fs import join
 from ..storage.index import local_index
-from ..units import parse_bytes
+from ..units import parse_bytes, parse_count
 from .options import DatasetOptions
+from .mixorder import mix_order
 from .order import Order
 from .passes import PassReading
 from .prefetch import default_predownload
+from .stream import Stream, WeightSchedule, check_streams, described, locations, open_sources, shard_set
 from .world import detect_world, rank_world
 from ..integrations.torchenv import die_with_parent, register_iterable
 
@@ -84,6 +86,7 @@ class StreamingDataset(PassReading):
         storage_options: Optional[dict] = None,
         download_threads: int = 4,
         world: Optional[World] = None,
+        weight_schedule: Optional[WeightSchedule] = None,
     ) -> None:
         self.options = DatasetOptions(
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
@@ -94,9 +97,6 @@ class StreamingDataset(PassReading):
             batching_method=batching_method, allow_unsafe_types=allow_unsafe_types, replication=replication,
             epoch_tail=epoch_tail,
         )
-        _refuse_unsupported(streams=streams, epoch_size=epoch_size)
-        if validate_hash:
-            check_hash(validate_hash)
         if isinstance(download_threads, bool) or not isinstance(download_threads, int) or download_threads < 1:
             raise InvalidArgumentError(f"download_threads={download_threads!r} must be an int >= 1")
         self.download_threads = download_threads
@@ -108,24 +108,42 @@ class StreamingDataset(PassReading):
         # a subclass that overrides get_item (mosaicml-streaming's hook for transforms) is called by ds[i]
         self._inline_get = type(self).get_item is StreamingDataset.get_item
         self.split = split
-        self.remote, self.local = _locations(remote, local)
-        self.dirname = os.path.join(self.local, split) if split else self.local
         self.batch_size = batch_size
         self.shuffle = shuffle
         limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
         self.cache_limit = limit
-        fetcher = None
-        if self.remote is not None:
-            fetcher = Fetcher(join(self.remote, split), storage_options, download_retry, download_timeout)
-            self.shards: list[ShardInfo] = local_index(self.dirname, fetcher)
+        self._mixed = streams is not None or epoch_size is not None or weight_schedule is not None
+        if self._mixed:
+            if streams is not None and (remote is not None or local is not None):
+                raise InvalidArgumentError("give either streams=[...] or remote=/local=, not both")
+            knobs = {"split": split, "download_retry": download_retry, "download_timeout": download_timeout,
+                     "validate_hash": validate_hash, "keep_zip": keep_zip}
+            streams = check_streams(streams if streams is not None else [Stream(remote=remote, local=local)])
+            self._sources = open_sources(streams, knobs, storage_options)
+            self.remote = next((src.remote for src in self._sources if src.remote is not None), None)
+            self.local = self.dirname = self._sources[0].dirname
+            self.shards: list[ShardInfo] = [s for src in self._sources for s in src.shards]
+            self._cache = shard_set(self._sources, limit)
+            if limit is not None and self.remote is None:
+                warnings.warn(f"cache_limit={cache_limit!r} has no effect: no stream has a remote, so the local "
+                              "directories hold the only copies of the shards, which are never evicted", stacklevel=2)
         else:
-            self.shards = read_index(self.dirname)
-            if limit is not None:
-                warnings.warn(f"cache_limit={cache_limit!r} has no effect: with no remote, {self.dirname} holds "
-                              "the only copy of the shards, which are never evicted", stacklevel=2)
-        wait = download_timeout * (download_retry + 1) + 60
-        self._cache = ShardCache(self.dirname, self.shards, fetcher, limit if fetcher else None,
-                                 keep_zip=keep_zip, validate_hash=validate_hash, wait=wait)
+            if validate_hash:
+                check_hash(validate_hash)
+            self.remote, self.local = locations(remote, local)
+            self.dirname = os.path.join(self.local, split) if split else self.local
+            fetcher = None
+            if self.remote is not None:
+                fetcher = Fetcher(join(self.remote, split), storage_options, download_retry, download_timeout)
+                self.shards = local_index(self.dirname, fetcher)
+            else:
+                self.shards = read_index(self.dirname)
+                if limit is not None:
+                    warnings.warn(f"cache_limit={cache_limit!r} has no effect: with no remote, {self.dirname} holds "
+                                  "the only copy of the shards, which are never evicted", stacklevel=2)
+            wait = download_timeout * (download_retry + 1) + 60
+            self._cache = ShardCache(self.dirname, self.shards, fetcher, limit if fetcher else None,
+                                     keep_zip=keep_zip, validate_hash=validate_hash, wait=wait)
         if not allow_unsafe_types:
             _refuse_unsafe(self.shards)
         sizes = [s.samples for s in self.shards]
@@ -138,7 +156,16 @@ class StreamingDataset(PassReading):
         self._readers: list[Optional[ShardReader]] = [None] * len(self.shards)
         self._getters: list = [None] * len(self.shards)  # per shard: sample index -> dict
         fingerprint = xxhash.xxh64(self.shard_sizes.astype("<i8").tobytes()).hexdigest()
-        self._order = Order(self.shard_sizes, self.options, fingerprint)
+        if self._mixed:
+            count = None if epoch_size is None else parse_count(epoch_size, "epoch_size")
+            if count is not None and count < 1:
+                raise InvalidArgumentError(f"epoch_size={epoch_size!r} must be at least 1 sample")
+            self._order = mix_order(self._sources, self.options, fingerprint, count, weight_schedule)
+            self.streams = described([src.stream for src in self._sources], self._order.stream_samples,
+                                     self._order.counts(0))
+        else:
+            self._order = Order(self.shard_sizes, self.options, fingerprint)
+            self.streams = None
         self._default_predownload = predownload is None
         self.predownload = predownload if predownload is not None else default_predownload(batch_size, self._average)
 
@@ -164,6 +191,37 @@ class StreamingDataset(PassReading):
         return self.num_samples
 
     @property
+    def epoch_size(self) -> int:
+        """Samples in an epoch: ``epoch_size`` or the streams' weighted counts; else the dataset's size."""
+        return self._order.epoch_size if self._mixed else self.num_samples
+
+    def stream_counts(self, epoch: Optional[int] = None) -> Optional[np.ndarray]:
+        """Samples each stream supplies to ``epoch`` (default: the next); None with no streams."""
+        if not self._mixed:
+            return None
+        return self._order.counts(self._order.next_epoch if epoch is None else epoch)
+
+    def mixture_weights(self, position: Optional[int] = None, epoch: Optional[int] = None) -> Optional[np.ndarray]:
+        """The streams' weights in effect at global ``position`` of ``epoch`` (a weight schedule moves them).
+
+        By default: where this process's pass in progress is (counting whole global steps),
+        else the start of the next pass. None for a dataset with no streams.
+        """
+        if not self._mixed:
+            return None
+        order = self._order
+        if epoch is None or position is None:
+            cur = order.current
+            if cur is not None and cur.world.workers == 1:
+                here_epoch, here = cur.epoch, min(cur.start + order._consumed(cur), cur.plan.end)
+            else:
+                nxt = order.pending
+                here_epoch, here = (nxt.epoch, nxt.position) if nxt is not None else (order.next_epoch, 0)
+            epoch = here_epoch if epoch is None else epoch
+            position = here if position is None else position
+        return order.mixture(order._spec_with(1)).weights_at(epoch, position)
+
+    @property
     def column_names(self) -> tuple[str, ...]:
         return self.shards[0].column_names if self.shards else ()
 
@@ -174,8 +232,10 @@ class StreamingDataset(PassReading):
             return self._cache.hold(shard, _HELD_SHARDS)
         r = self._readers[shard]
         if r is None:
-            # keep_zip: with no remote, the compressed files are the only copy; never delete them.
-            r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, keep_zip=True)
+            if self._mixed:  # each stream's own directory and knobs
+                r = self._cache.reader(shard)
+            else:  # keep_zip: with no remote, the compressed files are the only copy; never delete them.
+                r = open_shard(self.dirname, self.shards[shard], self.options.validate_hash, keep_zip=True)
             self._readers[shard] = r
         return r
 
@@ -260,6 +320,13 @@ class StreamingDataset(PassReading):
     def _check_batchable(self, columns: Optional[Sequence[str]]) -> None:
         """Refuse column batches that would be wrong: unknown columns, or a subclass whose samples
         are made by its own ``__getitem__`` / ``get_item`` (decoding raw columns would skip it)."""
+        if self._mixed:
+            layouts = {(tuple(src.shards[0].column_names), tuple(e.name for e in src.shards[0].encodings))
+                       for src in self._sources if src.shards}
+            if len(layouts) > 1:
+                raise InvalidArgumentError(
+                    f"the streams have different columns or encodings ({sorted(layouts)}), so their samples cannot "
+                    "share column batches; iterate samples and collate them yourself")
         if columns is not None:
             unknown = sorted(set(columns) - set(self.column_names))
             if unknown:
@@ -340,10 +407,7 @@ class StreamingDataset(PassReading):
 
     def epoch_plan(self, epoch: Optional[int] = None, world: Optional[World] = None):
         """The :class:`~shardstream.plan.EpochPlan` of ``epoch`` (default: the next) for ``world``."""
-        world = world or self.detect_world()
-        order = self._order
-        spec = order.spec(world)
-        return order.plan(spec).epoch(order.next_epoch if epoch is None else epoch, order.global_batch(world))
+        return self._order.epoch_plan(epoch, world or self.detect_world())
 
     # -- resumption -------------------------------------------------------------------
     def state_dict(self, num_samples: Optional[int] = None, from_beginning: bool = True) -> dict[str, Any]:
@@ -440,35 +504,3 @@ def _refuse_unsafe(shards: list[ShardInfo]) -> None:
                     f"column {name!r} (shard {i}) uses encoding {enc.name!r}, which can run arbitrary code "
                     "when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
                 )
-
-
-def _locations(remote: Optional[str], local: Optional[str]) -> tuple[Optional[str], str]:
-    """(remote URL or None, local directory). A remote that is the local directory, or a plain
-    path / ``file://`` URL of it, means no remote; with no ``local`` a remote gets its own
-    directory under the cache root."""
-    if remote is not None and not isinstance(remote, str):
-        raise InvalidArgumentError(f"remote={remote!r} must be a URL string such as 's3://bucket/dataset'")
-    if local is not None:
-        local = os.path.expanduser(str(local))
-    if remote is None or (local is not None and os.path.abspath(local_path(remote)) == os.path.abspath(local)
-                          and not is_remote(remote)):
-        if local is None:
-            raise InvalidArgumentError(
-                "local=... is required without remote=...: the directory that holds index.json and the shards"
-            )
-        return None, local
-    return remote.rstrip("/"), local if local is not None else default_local(remote)
-
-
-def _refuse_unsupported(**given) -> None:
-    pending = {
-        "streams": "mixing several streams",
-        "epoch_size": "epoch_size (stream mixing)",
-    }
-    for key, what in pending.items():
-        value = given[key]
-        if value not in (None, False):
-            raise NotYetSupportedError(
-                f"{what} is not available in this version of shardstream; {key}={value!r} was given. "
-                "Read one dataset with StreamingDataset(remote=..., local=...)"
-            )

@@ -155,15 +155,26 @@ class Order:
         else:
             spec = self.spec(world)
         point = parse_state(obj, self.settings(spec), self.dataset)
-        regions = self.plan(spec).num_regions
-        if point.base is not None and len(point.base) != regions:
-            raise IncompatibleStateError(f"state key 'region_base' has {len(point.base)} entries, expected {regions}")
+        self._check_point(point, spec)
         self.initial_physical_nodes = point.initial_physical_nodes
         if not self.options.num_canonical_nodes:
             self.adopted_canonical = spec.num_canonical_nodes
         self.pending = point
         self.next_epoch = point.epoch
         self.current = None
+
+    def _check_point(self, point: ResumePoint, spec: PlanSpec) -> None:
+        if "mixture" in point.raw:
+            raise IncompatibleStateError(
+                "the state was saved by a dataset mixed from streams, and this dataset reads one; "
+                "resume with the dataset the state was saved for")
+        regions = self.plan(spec).num_regions
+        if point.base is not None and len(point.base) != regions:
+            raise IncompatibleStateError(f"state key 'region_base' has {len(point.base)} entries, expected {regions}")
+
+    def epoch_plan(self, epoch: int | None, world: World):
+        """The plan of ``epoch`` (default: the next) for ``world``."""
+        return self.plan(self.spec(world)).epoch(self.next_epoch if epoch is None else epoch, self.global_batch(world))
 
     def _spec_with(self, canonical: int) -> PlanSpec:
         o = self.options

@@ -15,7 +15,6 @@ base is what each region had supplied by then, so no sample is repeated or skipp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .keyed import derive
 from .layout import EpochLayout, RunLayout
-from .partition import TAILS, Interleave, World
+from .partition import TAILS, Interleave, StepCut
 from .shuffle import ALGOS, naive, shuffle_region
 
 PURPOSE_EPOCH = 3
@@ -93,7 +92,7 @@ def _check_global_batch(global_batch) -> None:
         raise InvalidArgumentError(f"global batch size {global_batch!r} must be an int >= 1")
 
 
-class EpochPlan:
+class EpochPlan(StepCut):
     """One epoch (segment) of a :class:`Plan` at global batch ``global_batch``."""
 
     def __init__(self, plan: Plan, epoch: int, global_batch: int, origin: int = 0, base=None) -> None:
@@ -172,39 +171,3 @@ class EpochPlan:
         if global_batch == self.global_batch and (position - self.origin) % global_batch == 0:
             return self
         return EpochPlan(self.plan, self.epoch, global_batch, position, self.progress(position))
-
-    # -- ranks and workers ---------------------------------------------------------------
-    def device_batch(self, world: World) -> int:
-        """Samples per rank per step."""
-        if self.global_batch % world.readers:
-            raise InvalidArgumentError(
-                f"the global batch of {self.global_batch} samples does not split evenly over {world.readers} "
-                "ranks; use a per-device batch_size such that batch_size * ranks stays the same"
-            )
-        return self.global_batch // world.readers
-
-    def worker_steps(self, world: World, start: int | None = None) -> range:
-        """The global steps that ``world``'s worker reads, from global position ``start`` on."""
-        start = self.origin if start is None else start
-        if (start - self.origin) % self.global_batch:
-            raise InvalidArgumentError(
-                f"start position {start} is not at a global step boundary of this plan; resume it with resume()"
-            )
-        first = (start - self.origin) // self.global_batch
-        return range(first + world.worker, self.steps, world.workers)
-
-    def worker_positions(self, world: World, steps) -> np.ndarray:
-        """Global positions of ``world``'s share of ``steps`` (shape ``(len(steps), device_batch)``)."""
-        bs = self.device_batch(world)
-        ks = np.asarray(steps, np.int64)
-        return (self.origin + ks[:, None] * self.global_batch + world.reader * bs
-                + np.arange(bs, dtype=np.int64)[None, :])
-
-    def iter_worker(self, world: World, start: int | None = None,
-                    chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(steps, sample_ids)`` chunks of the worker's share, ``sample_ids`` one row per step."""
-        steps = self.worker_steps(world, start)
-        per = max(1, chunk // max(self.device_batch(world), 1))
-        for i in range(0, len(steps), per):
-            ks = np.asarray(steps[i:i + per], np.int64)
-            yield ks, self.sample_ids(self.worker_positions(world, ks))

@@ -21,6 +21,7 @@ which a PyTorch DataLoader collects them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,3 +139,47 @@ class World:
 def _index(name: str, value, count: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
         raise InvalidArgumentError(f"{name}={value!r} must be an int in [0, {count})")
+
+
+class StepCut:
+    """How a plan's global steps are cut among ranks and workers. A plan supplies
+    ``origin``, ``global_batch``, ``steps`` and ``sample_ids(positions)``."""
+
+    origin: int
+    global_batch: int
+    steps: int
+
+    def device_batch(self, world: World) -> int:
+        """Samples per rank per step."""
+        if self.global_batch % world.readers:
+            raise InvalidArgumentError(
+                f"the global batch of {self.global_batch} samples does not split evenly over {world.readers} "
+                "ranks; use a per-device batch_size such that batch_size * ranks stays the same"
+            )
+        return self.global_batch // world.readers
+
+    def worker_steps(self, world: World, start: int | None = None) -> range:
+        """The global steps that ``world``'s worker reads, from global position ``start`` on."""
+        start = self.origin if start is None else start
+        if (start - self.origin) % self.global_batch:
+            raise InvalidArgumentError(
+                f"start position {start} is not at a global step boundary of this plan; resume it with resume()"
+            )
+        first = (start - self.origin) // self.global_batch
+        return range(first + world.worker, self.steps, world.workers)
+
+    def worker_positions(self, world: World, steps) -> np.ndarray:
+        """Global positions of ``world``'s share of ``steps`` (shape ``(len(steps), device_batch)``)."""
+        bs = self.device_batch(world)
+        ks = np.asarray(steps, np.int64)
+        return (self.origin + ks[:, None] * self.global_batch + world.reader * bs
+                + np.arange(bs, dtype=np.int64)[None, :])
+
+    def iter_worker(self, world: World, start: int | None = None,
+                    chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield ``(steps, sample_ids)`` chunks of the worker's share, ``sample_ids`` one row per step."""
+        steps = self.worker_steps(world, start)
+        per = max(1, chunk // max(self.device_batch(world), 1))
+        for i in range(0, len(steps), per):
+            ks = np.asarray(steps[i:i + per], np.int64)
+            yield ks, self.sample_ids(self.worker_positions(world, ks))
