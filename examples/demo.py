@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import shardstream
-from shardstream import MDSWriter, StreamingDataset
+from shardstream import MDSWriter, Stream, StreamingDataset, WeightSchedule
 from shardstream.plan import Plan, PlanSpec, World
 from shardstream.testing import read_world, sample_key
 
@@ -95,6 +95,42 @@ def resume_elsewhere(out: str, global_batch: int = 64) -> None:
           f"{'are identical' if resumed == rest else 'DIFFER'}")
     if resumed != rest:
         raise SystemExit("resumed order differs")
+
+
+def mix_streams(out: str, workdir: str, global_batch: int = 64) -> None:
+    """Mix the dataset with a second, smaller stream: proportions moving from 90/10 to 50/50 along
+    a half cosine over the first epoch, then held; up-sampling the small stream; resume mid-epoch 1
+    on 2 ranks x 2 workers."""
+    small = os.path.join(workdir, "small")
+    columns = {"tokens": "ndarray:int32", "text": "str", "label": "int"}
+    with MDSWriter(out=small, columns=columns, size_limit="1mb", exist_ok=True) as writer:
+        for sample in generate(2_000, seed=7):
+            writer.write(sample)
+    epoch = 20_000
+    schedule = WeightSchedule([(0, [0.9, 0.1]), (epoch, [0.5, 0.5])], kind="cosine")
+
+    def make(batch_size: int) -> StreamingDataset:
+        return StreamingDataset(streams=[Stream(local=out), Stream(local=small)], epoch_size="20k",
+                                weight_schedule=schedule, shuffle=True, batch_size=batch_size)
+
+    ds = make(global_batch)
+    for e in range(2):
+        seen = sum(1 for _ in ds.iterate(World()))
+        counts = ds.stream_counts(e)
+        print(f"  epoch {e}: {seen} samples ({seen - epoch} repeated to fill the last batch), per stream "
+              f"{counts.tolist()} (small stream x{counts[1] / 2000:.1f}); "
+              f"weights {ds.mixture_weights(0, e).round(2).tolist()} -> {ds.mixture_weights(epoch - 1, e).round(2).tolist()}")
+    ds.set_epoch(1)
+    it = ds.iterate(World())
+    for _ in range(epoch // 2 // global_batch * global_batch):
+        next(it)
+    state = ds.state_dict()
+    rest = [sample_key(s) for s in it]
+    resumed = read_world(make, state, global_batch, (1, 2, 2))
+    print(f"  resumed epoch 1 at sample {state['sample_in_epoch']} on 2 ranks x 2 workers: the remaining "
+          f"{len(rest)} samples {'are identical' if resumed == rest else 'DIFFER'}")
+    if resumed != rest:
+        raise SystemExit("resumed mixed order differs")
 
 
 def plan_at_scale() -> None:
@@ -277,6 +313,9 @@ def main() -> None:
     print("shuffled epochs, checkpoint and elastic resume:")
     resume_elsewhere(out)
     plan_at_scale()
+
+    print("mixing two streams with a weight schedule:")
+    mix_streams(out, args.dir)
 
     print("PyTorch: train, checkpoint, crash, resume on another number of workers:")
     train_torch_and_resume(out, args.dir)

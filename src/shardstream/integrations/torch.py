@@ -166,6 +166,10 @@ class StreamingDataLoader(DataLoader):
         """The dataset's state after the batches this loader handed to the training loop."""
         return self._consumed.state_dict()
 
+    def mixture_weights(self):
+        """The streams' weights in effect where the training loop is (a weight schedule moves them)."""
+        return self._consumed.mixture_weights()
+
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at the state's position on the next ``iter(loader)`` (any world size); persistent
         workers are restarted by the next ``iter`` (it sees the pending state)."""

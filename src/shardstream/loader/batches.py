@@ -47,6 +47,14 @@ class Consumed:
             return self.dataset.state_dict()
         return self.dataset.state_dict(num_samples=self.batches * cur.plan.global_batch, from_beginning=False)
 
+    def mixture_weights(self):
+        """The streams' weights in effect after the batches handed out (None with no streams)."""
+        cur = self.dataset._order.current
+        if not self.counting or cur is None:
+            return self.dataset.mixture_weights()
+        position = min(cur.start + self.batches * cur.plan.global_batch, cur.plan.end)
+        return self.dataset.mixture_weights(position, cur.epoch)
+
     def length(self, world: World) -> int:
         """Batches of the pass in progress, else of the next one, for ``world``."""
         order = self.dataset._order
@@ -119,6 +127,10 @@ class BatchLoader:
     def state_dict(self) -> dict[str, Any]:
         """The dataset's state after the batches handed to the loop (every process computes the same)."""
         return self._consumed.state_dict()
+
+    def mixture_weights(self):
+        """The streams' weights in effect where the loop is (a weight schedule moves them)."""
+        return self._consumed.mixture_weights()
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at the state's position on the next ``iter(loader)``."""

@@ -209,6 +209,20 @@ class MixedEpoch(StepCut):
     def nbytes(self) -> int:
         return int(sum(p.plan.run.sizes.nbytes + d.unit_size.nbytes for p, d in self._subs.values()))
 
+    def iter_worker(self, world, start: Optional[int] = None, chunk: int = 65536):
+        """As :meth:`StepCut.iter_worker`, in chunks that start at one step and grow: the first
+        sample needs only the streams it touches, and with many streams later chunks are larger,
+        so each stream's plan is asked for more samples at a time."""
+        steps = self.worker_steps(world, start)
+        bs = max(self.device_batch(world), 1)
+        most = max(1, chunk * max(1, min(16, self.mixture.num_streams // 32)) // bs)
+        i, per = 0, 1
+        while i < len(steps):
+            ks = np.asarray(steps[i:i + per], np.int64)
+            yield ks, self.sample_ids(self.worker_positions(world, ks))
+            i += per
+            per = min(per * 4, most)
+
     def weights_at(self, position: int) -> np.ndarray:
         return self.mixture.weights_at(self.epoch, position)
 
@@ -242,7 +256,7 @@ class MixedEpoch(StepCut):
         """Stream and position in that stream's plan of global positions ``p``."""
         if self.method == "stratified":
             return self._route_stratified(p)
-        q = np.where(p >= self.wrap, p - self.wrap, p)
+        q = p % self.wrap  # the pad of the last step repeats the epoch's first units
         slot, off = np.divmod(q, self.unit)
         streams, elems = self._lookup(slot)
         return streams, elems * self.unit + off
