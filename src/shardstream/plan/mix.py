@@ -242,28 +242,38 @@ class StreamDraw:
 
     def local_ids(self, v: np.ndarray) -> np.ndarray:
         """Stream sample ids of unit-space ids ``v``."""
-        v = np.asarray(v, np.int64)
-        j = np.searchsorted(self.unit_starts, v, side="right") - 1
-        off = v - self.unit_starts[j]
-        shard = self.unit_shard[j]
-        part = self.unit_partial[j]
+        shard, off, part = self.split(v)
         if part.any():
             off = off.copy()
-            off[part] = self.subset(shard[part], off[part])
+            off[part] = granule_subset(self.subset_keys(shard[part]), self.sizes[shard[part]], off[part],
+                                       self.granularity)
         return self.shard_starts[shard] + off
 
+    def split(self, v: np.ndarray):
+        """Shard, offset in the unit, and whether the unit is a partial copy, of unit-space ids ``v``."""
+        v = np.asarray(v, np.int64)
+        j = np.searchsorted(self.unit_starts, v, side="right") - 1
+        return self.unit_shard[j], v - self.unit_starts[j], self.unit_partial[j]
+
+    def subset_keys(self, shard: np.ndarray) -> np.ndarray:
+        return hash_index(derive(self.key, 3), shard)
+
     def subset(self, shard: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """The ``m``-th sample of ``shard``'s partial copy: its full granules in a keyed order, then its tail."""
-        g = self.granularity
-        size = self.sizes[shard]
-        full = size // g
-        q = m // g
-        inside = q < full
-        out = m.copy()
-        if inside.any():
-            keys = hash_index(derive(self.key, 3), shard[inside])
-            out[inside] = permute(q[inside], full[inside], keys) * g + m[inside] % g
-        return out
+        """The ``m``-th sample of ``shard``'s partial copy (see :func:`granule_subset`)."""
+        shard, m = np.asarray(shard, np.int64), np.asarray(m, np.int64)
+        return granule_subset(self.subset_keys(shard), self.sizes[shard], m, self.granularity)
+
+
+def granule_subset(keys: np.ndarray, size: np.ndarray, m: np.ndarray, g: int) -> np.ndarray:
+    """The ``m``-th sample of a shard's partial copy (a shard of ``size`` samples, keyed by ``keys``):
+    its full granules of ``g`` samples in a keyed order, then its tail. All arrays of equal shape."""
+    full = size // g
+    q = m // g
+    inside = q < full
+    out = m.copy()
+    if inside.any():
+        out[inside] = permute(q[inside], full[inside], keys[inside]) * g + m[inside] % g
+    return out
 
 
 def draw_key(seed: int, stream: int, epoch: int, fixed: bool) -> int:
@@ -276,4 +286,4 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = ["SCHEDULE_KINDS", "Schedule", "StreamDraw", "Warp", "apportion", "ceil_div", "draw_key",
-           "partial_counts"]
+           "granule_subset", "partial_counts"]

@@ -41,7 +41,7 @@ from ..errors import InvalidArgumentError
 from .epoch import EpochPlan, Plan, PlanSpec
 from .keyed import derive
 from .merge import Merge
-from .mix import Schedule, StreamDraw, Warp, apportion, ceil_div, draw_key
+from .mix import Schedule, StreamDraw, Warp, apportion, ceil_div, draw_key, granule_subset
 from .partition import TAILS, StepCut
 
 METHODS = ("random", "stratified", "per_stream", "device_per_stream")
@@ -239,10 +239,17 @@ class MixedEpoch(StepCut):
         out = np.empty(flat.size, np.int64)
         order = np.argsort(streams, kind="stable")
         bounds = np.searchsorted(streams[order], np.arange(self.mixture.num_streams + 1))
+        partial = []  # samples of partial copies, mapped for all streams at once
         for s in np.flatnonzero(np.diff(bounds)):
             sel = order[bounds[s]:bounds[s + 1]]
             plan, draw = self._sub(int(s))
-            out[sel] = self.mixture.base[s] + draw.local_ids(plan.sample_ids(sub[sel]))
+            shard, off, part = draw.split(plan.sample_ids(sub[sel]))
+            out[sel] = self.mixture.base[s] + draw.shard_starts[shard] + off
+            if part.any():
+                partial.append((sel[part], draw.subset_keys(shard[part]), draw.sizes[shard[part]], off[part]))
+        if partial:
+            at, keys, size, off = (np.concatenate(x) for x in zip(*partial))
+            out[at] += granule_subset(keys, size, off, self.mixture.mix.granularity) - off
         return out.reshape(p.shape)
 
     def _sub(self, s: int) -> tuple[EpochPlan, StreamDraw]:
@@ -263,7 +270,7 @@ class MixedEpoch(StepCut):
 
     def _lookup(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Merge lookups for arbitrary slots: one range if they are dense, else one row per run."""
-        u, inv = np.unique(slots, return_inverse=True)
+        u = np.unique(slots)
         cuts = np.flatnonzero(np.diff(u) != 1) + 1
         span = int(u[-1] - u[0] + 1)
         spread = 2 * self.merge.streams + 8  # candidates a located row costs beyond its length
@@ -274,10 +281,10 @@ class MixedEpoch(StepCut):
         else:
             starts = np.minimum(u[heads], self.merge.total - length)
         s, j = self.merge.locate(starts, length)
-        got = (np.asarray(starts)[:, None] + np.arange(length)[None, :]).ravel()
-        got, first = np.unique(got, return_index=True)
-        at = first[np.searchsorted(got, u)]
-        return s.ravel()[at][inv], j.ravel()[at][inv]
+        # each slot is read from the row with the largest start at or below it (rows leave no gaps)
+        row = np.searchsorted(starts, slots, side="right") - 1
+        at = row * length + (slots - starts[row])
+        return s.ravel()[at], j.ravel()[at]
 
     # -- stratified ---------------------------------------------------------------------------
     def _setup_stratified(self, g: int) -> None:
