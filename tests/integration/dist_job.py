@@ -62,7 +62,7 @@ print_stacks_on_sigusr1("a rank, or a spawned DataLoader worker starting")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from shardstream import StreamingDataLoader, StreamingDataset  # noqa: E402
+from shardstream import Stream, StreamingDataLoader, StreamingDataset  # noqa: E402
 
 STEP, END = 1, 2  # what a rank says it is doing in the lockstep all_reduce
 
@@ -146,8 +146,14 @@ def record_worker_world(out: str, rank: int, worker: int) -> None:
 
 
 def make_loader(cfg: dict, node: int, rank: int):
-    ds = StreamingDataset(remote=cfg["remote"], local=cfg["local"].format(node=node), shuffle=True,
-                          shuffle_seed=cfg["seed"], batch_size=cfg["batch_size"],
+    local = cfg["local"].format(node=node)
+    if cfg.get("streams"):  # a mixture: each stream its own cache directory under the node's
+        where = [Stream(remote=cfg["remote"], local=os.path.join(local, f"stream{k}"), proportion=p)
+                 for k, p in enumerate(cfg["streams"])]
+        source = {"streams": where, "epoch_size": cfg["epoch_size"], "batching_method": cfg["batching"]}
+    else:
+        source = {"remote": cfg["remote"], "local": local}
+    ds = StreamingDataset(**source, shuffle=True, shuffle_seed=cfg["seed"], batch_size=cfg["batch_size"],
                           num_canonical_nodes=cfg["canonical_nodes"])
     workers = cfg["workers"]
     extra = {"multiprocessing_context": cfg["context"]} if workers and cfg.get("context") else {}

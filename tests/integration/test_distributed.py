@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardstream import MDSWriter, StreamingDataset, World
+from shardstream import MDSWriter, Stream, StreamingDataset, World
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -288,6 +288,33 @@ def test_two_nodes_two_ranks(tmp_path, remote, workers):
             assert seen["world"] == {**r["world"], "num_workers": workers, "worker": w}
     check_same_order(global_order(records), reference(remote, bs * RANKS), f"2 nodes x 2 ranks x {workers} workers")
     check_node_local(records, remote, {n: str(tmp_path / f"node{n}") for n in range(NODES)}, slack=2)
+
+
+# -- a mixture of streams on 2 nodes x 2 ranks ---------------------------------------------------------
+
+@pytest.mark.parametrize("batching", ["random", "device_per_stream"])
+def test_mixed_streams_two_nodes(tmp_path, remote, batching):
+    """Two streams of the remote (70/30, the epoch up-sampled to 1.5x the data) on 2 nodes x 2 ranks x
+    2 workers, each stream cached per node in its own directory: the ranks together read the order a
+    single process reads."""
+    bs, props, size = 4, [0.7, 0.3], int(N * 1.5)
+    cfg = epoch_cfg(tmp_path, remote, bs, 2, streams=props, epoch_size=size, batching=batching)
+    records = launch(tmp_path, "mix", cfg, NODES, PER_NODE).records()
+
+    def single(batch_size: int) -> StreamingDataset:
+        return StreamingDataset(streams=[Stream(local=remote, proportion=p) for p in props], epoch_size=size,
+                                batching_method=batching, shuffle=True, shuffle_seed=SEED, batch_size=batch_size,
+                                num_canonical_nodes=NODES)
+
+    if batching == "random":  # one process reading the whole global batch
+        want = [s["id"] for s in single(bs * RANKS).iterate(World())]
+    else:  # device batches line up with ranks: each rank's share, put together in step order
+        worlds = [World(num_nodes=NODES, ranks_per_node=PER_NODE, node=r // PER_NODE, local_rank=r % PER_NODE)
+                  for r in range(RANKS)]
+        shares = [[s["id"] for s in single(bs).iterate(w)] for w in worlds]
+        want = [i for k in range(len(shares[0]) // bs) for r in range(RANKS) for i in shares[r][k * bs:(k + 1) * bs]]
+    check_same_order(global_order(records), want, f"mixed streams ({batching}) on 2 nodes x 2 ranks x 2 workers")
+    assert len(want) >= size
 
 
 # -- the world from the process group only, spawned workers --------------------------------------------
