@@ -110,6 +110,8 @@ class StreamingDataLoader(DataLoader):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1 (the per-device batch)")
         if batch_decode is None:
+            if collate_fn is None and len(dataset._stream_layouts()) > 1:
+                dataset._check_batchable(columns)  # refuses, saying the streams have different columns
             batch_decode = collate_fn is None and collates_alike(dataset, columns)
         elif batch_decode:
             dataset._check_batchable(columns)

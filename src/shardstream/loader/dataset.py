@@ -320,13 +320,11 @@ class StreamingDataset(PassReading):
     def _check_batchable(self, columns: Optional[Sequence[str]]) -> None:
         """Refuse column batches that would be wrong: unknown columns, or a subclass whose samples
         are made by its own ``__getitem__`` / ``get_item`` (decoding raw columns would skip it)."""
-        if self._mixed:
-            layouts = {(tuple(src.shards[0].column_names), tuple(e.name for e in src.shards[0].encodings))
-                       for src in self._sources if src.shards}
-            if len(layouts) > 1:
-                raise InvalidArgumentError(
-                    f"the streams have different columns or encodings ({sorted(layouts)}), so their samples cannot "
-                    "share column batches; iterate samples and collate them yourself")
+        layouts = self._stream_layouts()
+        if len(layouts) > 1:
+            raise InvalidArgumentError(
+                f"the streams have different columns or encodings ({sorted(layouts)}), so their samples cannot "
+                "share column batches; iterate samples and collate them yourself (a collate_fn)")
         if columns is not None:
             unknown = sorted(set(columns) - set(self.column_names))
             if unknown:
@@ -336,6 +334,13 @@ class StreamingDataset(PassReading):
                 f"{type(self).__name__} overrides __getitem__ or get_item, which column batches would bypass; "
                 "iterate samples instead (iter(ds), or StreamingDataLoader with batch_decode=False)"
             )
+
+    def _stream_layouts(self) -> set:
+        """The distinct (columns, encodings) of the streams (one entry without streams)."""
+        if not self._mixed:
+            return {()}
+        return {(tuple(src.shards[0].column_names), tuple(e.name for e in src.shards[0].encodings))
+                for src in self._sources if src.shards}
 
     def _overridden_getitem(self) -> bool:
         cls = type(self)

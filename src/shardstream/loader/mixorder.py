@@ -73,6 +73,8 @@ class MixOrder(Order):
             unit = point.raw.get("mixing_unit")
             device = unit if self.mix.method == "device_per_stream" else self.options.batch_size or 1
             plan = self.mixture(spec).epoch(point.epoch, point.global_batch, device)
+            if point.position == 0:  # nothing consumed yet: the epoch starts afresh with this run's batches
+                return Pass(point.epoch, self._epoch(spec, point.epoch, g), 0, world)
             if point.position < plan.end:
                 self._check_unit(point, plan, g)
                 return Pass(point.epoch, plan.resume(point.position, g), point.position, world)

@@ -24,7 +24,7 @@ import numpy as np
 
 import os
 
-from ..errors import InvalidArgumentError
+from ..errors import CacheLimitError, InvalidArgumentError
 from ..format.hashing import check_hash
 from ..format.index import read_index
 from ..plan.mix import SCHEDULE_KINDS, Schedule
@@ -218,6 +218,11 @@ def open_sources(streams: list[Stream], defaults: dict, storage_options: Optiona
             shards = local_index(dirname, fetcher)
         else:
             fetcher, shards = None, read_index(dirname)
+        for other in sources:
+            if other.dirname == dirname and other.remote != remote:
+                raise InvalidArgumentError(
+                    f"two streams keep their shards in {dirname!r} but come from different places "
+                    f"({other.remote or 'local'} and {remote or 'local'}); give each its own local directory")
         sources.append(StreamSource(st, remote, dirname, shards, fetcher, knobs))
     return sources
 
@@ -231,10 +236,21 @@ def shard_set(sources: list[StreamSource], limit: Optional[int]) -> ShardSet:
         if src.remote is None:
             stores.append(LocalShards(src.dirname, src.shards, k["validate_hash"]))
             continue
-        share = None if limit is None else max(1, limit * src.footprint // max(remote_bytes, 1))
         wait = k["download_timeout"] * (k["download_retry"] + 1) + 60
-        stores.append(ShardCache(src.dirname, src.shards, src.fetcher, share, keep_zip=k["keep_zip"],
+        stores.append(ShardCache(src.dirname, src.shards, src.fetcher, None, keep_zip=k["keep_zip"],
                                  validate_hash=k["validate_hash"], wait=wait))
+    if limit is not None:
+        caches = [(src, store) for src, store in zip(sources, stores) if src.remote is not None]
+        # the smallest limit whose share, for every stream, covers that stream's minimum
+        need = max((-(-store.minimum_limit() * max(remote_bytes, 1) // max(src.footprint, 1))
+                    for src, store in caches), default=0)
+        if limit < need:
+            raise CacheLimitError(
+                f"cache_limit={limit} bytes is too small for {len(caches)} streams with a remote: it is split among "
+                f"them by size, and each needs room for one shard in use plus the next one arriving; raise "
+                f"cache_limit to at least {need} bytes (several times that for shuffled epochs)")
+        for src, store in caches:
+            store.limit = max(1, limit * src.footprint // max(remote_bytes, 1))
     return ShardSet(stores)
 
 

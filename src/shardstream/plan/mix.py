@@ -9,8 +9,8 @@
   samples. The partial copy is spread over the shards by systematic sampling of
   *granules* (``granularity`` consecutive samples of one shard) in a keyed shard
   order, so each shard gives its share, and each shard's part is the first samples
-  of a keyed order of its granules. Everything is O(shards), and a sample is
-  computed on demand.
+  of a keyed order of its granules. It holds one shuffle unit per copy of a shard
+  (O(shards x copies)), and a sample is computed on demand.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ def apportion(total: int, weights) -> np.ndarray:
     """Non-negative ints summing to ``total``, proportional to ``weights`` (largest remainder;
     ties go to the lower index). Zero weights get zero."""
     w = np.asarray(weights, np.float64)
+    if total >= 1 << 53:
+        raise InvalidArgumentError(f"cannot share {total} samples exactly in float64; keep epochs below 2**53")
     out = np.zeros(w.size, np.int64)
+    if w.size and np.isfinite(w).all() and w.max() > 0:
+        w = w / w.max()  # so that the sum cannot overflow
     s = float(w.sum())
     if total <= 0 or s <= 0:
         return out
@@ -67,6 +71,9 @@ class Schedule:
         pos = np.asarray([p for p, _ in points], np.float64)
         if np.any(np.diff(pos) <= 0) or pos.min() < 0:
             raise InvalidArgumentError(f"schedule positions must be >= 0 and increasing, got {pos.tolist()}")
+        widths = {len(w) for _, w in points}
+        if len(widths) != 1:
+            raise InvalidArgumentError(f"every schedule point needs one weight per stream; got lengths {sorted(widths)}")
         vec = np.asarray([np.asarray(w, np.float64) for _, w in points])
         if vec.ndim != 2 or not np.isfinite(vec).all() or (vec < 0).any() or (vec.sum(1) <= 0).any():
             raise InvalidArgumentError("schedule weights must be non-negative finite numbers, one per stream, "

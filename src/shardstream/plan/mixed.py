@@ -8,8 +8,9 @@ moving). ``mixture.epoch(e, global_batch, device_batch)`` gives a :class:`MixedE
 1. Each stream's count for the epoch (exact: :func:`~shardstream.plan.mix.apportion`
    of the schedule's integral over the epoch) is drawn as whole copies plus a partial
    copy (:class:`~shardstream.plan.mix.StreamDraw`), and ordered by the stream's own
-   epoch plan (regions, shuffle: :class:`~shardstream.plan.epoch.EpochPlan`) over its
-   copies, which the mixed epoch reads as a prefix.
+   epoch plan (one region, shuffled by the dataset's algorithm:
+   :class:`~shardstream.plan.epoch.EpochPlan`) over its copies, which the mixed epoch
+   reads as a prefix. ``num_canonical_nodes`` therefore does not change a mixed order.
 2. The streams are interleaved by ``method``:
 
    - ``random``: sample by sample, each stream due at the rate of its weight with keyed
@@ -97,8 +98,8 @@ class Mixture:
         empty = [i for i, n in enumerate(totals) if n == 0]
         if empty:
             raise InvalidArgumentError(f"streams {empty} have no samples; remove them from streams=[...]")
-        if self.epoch_size * max(spec.num_canonical_nodes, 1) >= 1 << 62:
-            raise InvalidArgumentError("epoch_size * num_canonical_nodes must stay below 2**62")
+        if self.epoch_size >= 1 << 53:
+            raise InvalidArgumentError(f"epoch_size={self.epoch_size} must stay below 2**53 samples")
 
     @property
     def num_streams(self) -> int:
@@ -131,7 +132,10 @@ class Mixture:
         draw = StreamDraw(self.sizes[stream], count, self.mix.granularity,
                           draw_key(self.spec.seed, stream, epoch, fixed))
         seed = derive(self.spec.seed, PURPOSE_STREAM, stream) & _SEED_MASK
-        spec = dataclasses.replace(self.spec, seed=seed, tail="pad")
+        # one region: the mixed epoch reads the stream's plan as a prefix, and only a single region
+        # supplies every drawn sample exactly once before it pads
+        spec = dataclasses.replace(self.spec, seed=seed, tail="pad", num_canonical_nodes=1,
+                                   block_size=self.spec.resolved_block_size)
         return Plan(draw.unit_size, spec).epoch(epoch, batch), draw
 
 

@@ -39,7 +39,8 @@ class Fetcher:
                  timeout: float = 60) -> None:
         self.remote = remote.rstrip("/")
         self.storage_options = storage_options
-        self.fs, self.root = filesystem(self.remote, storage_options)
+        self._fs, self.root = filesystem(self.remote, storage_options)
+        self._pid = os.getpid()
         self.retry = retry
         self.timeout = timeout
         self._lock = threading.Lock()
@@ -48,13 +49,24 @@ class Fetcher:
 
     def __getstate__(self) -> dict:  # filesystems with live sessions do not pickle everywhere
         state = self.__dict__.copy()
-        del state["fs"], state["_lock"]
+        del state["_fs"], state["_lock"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.fs, self.root = filesystem(self.remote, self.storage_options)
+        self._fs, self.root = filesystem(self.remote, self.storage_options)
+        self._pid = os.getpid()
         self._lock = threading.Lock()
+
+    @property
+    def fs(self):
+        """The filesystem, opened again in a forked child (async filesystems such as s3fs refuse
+        to run on the event loop of the process they were made in)."""
+        if self._pid != os.getpid():
+            self._fs, self.root = filesystem(self.remote, self.storage_options)
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+        return self._fs
 
     def url(self, basename: str) -> str:
         return join(self.remote, basename)
