@@ -124,6 +124,10 @@ def resolve_weights(streams: Sequence[Stream], samples: np.ndarray, epoch_size: 
                                        f"but there are {len(streams)} streams")
         return None, schedule.schedule, epoch_size
     if "proportion" in kinds:
+        if kinds == {"proportion", None}:
+            missing = [i for i, s in enumerate(streams) if s.weighting is None]
+            raise InvalidArgumentError(
+                f"streams {missing} have no proportion while others do; relative weights need one on every stream")
         if kinds != {"proportion"}:
             raise InvalidArgumentError(
                 "streams weighted relatively (proportion) and absolutely (repeat, choose) cannot be mixed; "
