@@ -196,7 +196,12 @@ class StreamingDataset(PassReading):
         return self._order.epoch_size if self._mixed else self.num_samples
 
     def stream_counts(self, epoch: Optional[int] = None) -> Optional[np.ndarray]:
-        """Samples each stream supplies to ``epoch`` (default: the next); None with no streams."""
+        """Samples drawn from each stream for ``epoch`` (default: the next); None with no streams.
+
+        ``random`` batching yields exactly these. ``per_stream`` and ``device_per_stream`` round each
+        stream to whole batches (up with ``epoch_tail='pad'``, down with ``'drop'``); ``stratified``
+        yields steps x each stream's rounded share of a batch (see :mod:`shardstream.plan.mixed`).
+        """
         if not self._mixed:
             return None
         return self._order.counts(self._order.next_epoch if epoch is None else epoch)

@@ -17,7 +17,9 @@ moving). ``mixture.epoch(e, global_batch, device_batch)`` gives a :class:`MixedE
      jitter (:class:`~shardstream.plan.merge.Merge`); every stretch of the epoch, and so
      every batch, mixes the streams near their weights there.
    - ``stratified``: every global batch holds each stream's share, rounded by largest
-     remainder, as one run per stream in stream order.
+     remainder, as one run per stream in stream order. A stream then supplies steps x
+     share samples, which may differ from its drawn count: past its count it starts
+     again from its first sample, and what it did not reach is left out.
    - ``per_stream``: every global batch comes from one stream; whole batches interleaved.
    - ``device_per_stream``: every device batch (``device_batch`` samples) comes from one
      stream; whole device batches interleaved. The epoch is the same for any number of
