@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_loader
+import bench_mix
 import bench_plan
 import bench_remote
 import common
@@ -184,7 +185,8 @@ def summarize_targets(R: dict) -> list[dict]:
         a = get(ss, "write", comp, "samples_per_s")
         b = get(mo, "write", comp, "samples_per_s")
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
-    return rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
+    return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
+            + bench_mix.target_rows(R.get("mix")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -379,6 +381,9 @@ def render(R: dict) -> str:
         L += [bench_loader.markdown(R["loader"]).replace("## PyTorch DataLoader", f"## {n}. PyTorch DataLoader", 1),
               ""]
         n += 1
+    if R.get("mix"):
+        L += [bench_mix.markdown(R["mix"]).replace("## Mixing many streams", f"## {n}. Mixing many streams", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -434,6 +439,11 @@ def main() -> None:
     ap.add_argument("--loader-wait", type=float, default=30.0,
                     help="before each DataLoader measurement, wait up to this many seconds for the CPUs to be "
                     "at most 25%% busy (0: never wait)")
+    ap.add_argument("--mix-streams", default=",".join(map(str, bench_mix.DEFAULT_STREAMS)),
+                    help="stream counts of the stream-mixing section (bench/bench_mix.py; comma-separated, empty "
+                    "to skip)")
+    ap.add_argument("--mix-repeats", type=int, default=3,
+                    help="fresh processes per library for the mixing section's start and resume times")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.from_json:
@@ -496,6 +506,13 @@ def main() -> None:
         wrong = bench_loader.failed(R["loader"])
         if wrong:
             log(f"!! DataLoader section: failed or wrong: {', '.join(wrong)}")
+    if args.mix_streams:
+        R["mix"] = bench_mix.run_mix(os.path.join(work, "mix"), args.peer_python,
+                                     bench_mix.parse_streams(args.mix_streams), repeats=args.mix_repeats,
+                                     keep_data=args.keep_data)
+        wrong = bench_mix.failed(R["mix"])
+        if wrong:
+            log(f"!! stream-mixing section: failed or wrong: {', '.join(wrong)}")
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start

@@ -1009,3 +1009,24 @@ def test_absolute_weights_report_constant_weights(paths):
     np.testing.assert_allclose(ds.mixture_weights(), [0.4, 0.6])
     np.testing.assert_allclose(ds.mixture_weights(10, 7), [0.4, 0.6])
     assert ds.stream_counts(5).tolist() == [20, 30]
+
+
+@pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
+def test_a_state_inside_a_unit_resumes_at_the_units_start(paths, method):
+    def make():
+        return StreamingDataset(streams=_streams(paths, {"proportion": 1}, {"proportion": 1}), batch_size=10,
+                                batching_method=method, shuffle=True)
+
+    want = [(s["src"], s["id"]) for s in make()]
+    ds = make()
+    ds.load_state_dict(make().state_dict(num_samples=45))
+    with pytest.warns(UserWarning, match="5 samples into a unit of 10"):
+        got = [(s["src"], s["id"]) for s in ds]
+    assert got == want[40:]
+
+
+@pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
+def test_batch_methods_need_a_batch_size(paths, method):
+    ds = StreamingDataset(streams=_streams(paths, {}, {}), batching_method=method)
+    with pytest.raises(InvalidArgumentError, match="needs batch_size"):
+        next(iter(ds))

@@ -6,8 +6,9 @@ the same global order for any number of nodes, ranks and workers, shuffled with
 download locality, resumable at any position through ``state_dict`` /
 ``load_state_dict``. With a ``remote``, shards are downloaded ahead of use into a
 cache directory shared by every process on the machine (:mod:`shardstream.storage`),
-optionally capped by ``cache_limit``. The options that need mixing are accepted by
-name and refused with :class:`~shardstream.errors.NotYetSupportedError` when set.
+optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
+``epoch_size``) the epoch is mixed from several datasets by weight (see
+:mod:`shardstream.loader.stream` and :mod:`shardstream.plan.mixed`).
 """
 
 from __future__ import annotations

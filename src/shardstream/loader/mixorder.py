@@ -10,11 +10,12 @@ the other methods fix their unit (the global batch, or the device batch for
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
 
-from ..errors import IncompatibleStateError
+from ..errors import IncompatibleStateError, InvalidArgumentError
 from ..plan import PlanSpec, World
 from ..plan.mixed import MixedEpoch, Mixture, MixSpec
 from .order import Order, Pass
@@ -64,6 +65,10 @@ class MixOrder(Order):
         return self._epoch(self.spec(world), self.next_epoch if epoch is None else epoch, self.global_batch(world))
 
     def upcoming(self, world: World) -> Pass:
+        if self.mix.method != "random" and not self.options.batch_size:
+            raise InvalidArgumentError(
+                f"batching_method={self.mix.method!r} cuts epochs into batches, so it needs batch_size (samples "
+                "per device per step): set it on the dataset, or read through StreamingDataLoader(batch_size=...)")
         g = self.global_batch(world)
         spec = self.spec(world)
         self._check_partition(spec, world)
@@ -77,7 +82,14 @@ class MixOrder(Order):
                 return Pass(point.epoch, self._epoch(spec, point.epoch, g), 0, world)
             if point.position < plan.end:
                 self._check_unit(point, plan, g)
-                return Pass(point.epoch, plan.resume(point.position, g), point.position, world)
+                position = point.position
+                if plan.resume_unit and position % plan.resume_unit:
+                    position -= position % plan.resume_unit
+                    warnings.warn(
+                        f"the state is {point.position - position} samples into a unit of {plan.resume_unit} "
+                        f"(batching_method={plan.method!r} reads whole units); resuming at the unit's start, "
+                        f"sample {position}, so those samples are read again", stacklevel=3)
+                return Pass(point.epoch, plan.resume(position, g), position, world)
             epoch = point.epoch + 1
         return Pass(epoch, self._epoch(spec, epoch, g), 0, world)
 

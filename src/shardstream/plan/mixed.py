@@ -300,8 +300,9 @@ class MixedEpoch(StepCut):
             share = apportion(g, self.counts) if self.num_samples else np.zeros(self.counts.size, np.int64)
             starved = [int(s) for s in np.flatnonzero((self.counts > 0) & (share == 0))]
             if starved:
+                named = ", ".join(map(str, starved[:10])) + (f" and {len(starved) - 10} more" if len(starved) > 10 else "")
                 raise InvalidArgumentError(
-                    f"with batching_method='stratified', streams {starved} get no sample of a global batch of {g}; "
+                    f"with batching_method='stratified', streams [{named}] get no sample of a global batch of {g}; "
                     "raise the batch size or their proportions")
             self._share = share
         self._checkpoints = [np.zeros(self.counts.size, np.int64)]
