@@ -811,15 +811,7 @@ def main() -> None:
     R = run_loader(args.work, args.peer_python or None, args.samples, repeats=args.repeats,
                    resume_repeats=args.resume_repeats, orders=orders, cases=cases, skip=args.skip_batches,
                    max_busy=args.max_busy, wait_s=args.wait, keep_data=args.keep_data)
-    R["command"] = common.command_line(__file__)
-    text = markdown(R)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(R, f, indent=1)
+    common.publish(R, markdown, __file__, args.out, args.json)
     if failed(R):
         log(f"failed or wrong: {', '.join(failed(R))}")
         sys.exit(1)

@@ -98,10 +98,7 @@ class _Shardstream:
                      "python": platform.python_version(), "numpy": np.__version__}
 
     def make(self):
-        c = self.cfg
-        streams = [self.Stream(local=p, proportion=w) for p, w in zip(c["paths"], proportions(len(c["paths"])))]
-        return self.Dataset(streams=streams, epoch_size=c["epoch_size"], batch_size=BATCH, shuffle=True,
-                            num_canonical_nodes=1, batching_method=c["method"])
+        return make_mixture(self.Stream, self.Dataset, self.cfg)
 
     def state(self, ds, k: int) -> dict:
         return ds.state_dict()
@@ -126,6 +123,13 @@ class _Shardstream:
         return ds.stream_counts(0).tolist()
 
 
+def make_mixture(stream_cls, dataset_cls, c: dict):
+    """The same mixture in either library (both take mosaicml-streaming's keywords)."""
+    streams = [stream_cls(local=p, proportion=w) for p, w in zip(c["paths"], proportions(len(c["paths"])))]
+    return dataset_cls(streams=streams, epoch_size=c["epoch_size"], batch_size=BATCH, shuffle=True,
+                       num_canonical_nodes=1, batching_method=c["method"])
+
+
 class _Mosaic:
     def __init__(self, cfg: dict) -> None:
         import streaming
@@ -138,10 +142,7 @@ class _Mosaic:
                      "numpy": np.__version__}
 
     def make(self):
-        c = self.cfg
-        streams = [self.Stream(local=p, proportion=w) for p, w in zip(c["paths"], proportions(len(c["paths"])))]
-        return self.Dataset(streams=streams, epoch_size=c["epoch_size"], batch_size=BATCH, shuffle=True,
-                            num_canonical_nodes=1, batching_method=c["method"])
+        return make_mixture(self.Stream, self.Dataset, self.cfg)
 
     def state(self, ds, k: int) -> dict:
         return ds.state_dict(k, True)
@@ -641,15 +642,7 @@ def main() -> None:
                 methods=tuple(m for m in args.methods.split(",") if m),
                 mosaic_methods=tuple(m for m in args.mosaic_methods.split(",") if m), timeout=args.timeout,
                 wait_s=args.wait, keep_data=args.keep_data)
-    R["command"] = common.command_line(__file__)
-    text = markdown(R)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(R, f, indent=1)
+    common.publish(R, markdown, __file__, args.out, args.json)
     if failed(R):
         log(f"failed or wrong: {', '.join(failed(R))}")
         sys.exit(1)

@@ -514,15 +514,7 @@ def main() -> None:
                    shard_bytes=int(args.shard_mb * 2**20), first_repeats=args.first_repeats,
                    threads_row=not args.no_threads_row,
                    nodes=not args.no_nodes, keep_data=args.keep_data)
-    R["command"] = common.command_line(__file__)
-    text = markdown(R)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(R, f, indent=1)
+    common.publish(R, markdown, __file__, args.out, args.json)
     # mosaicml-streaming 0.13 refuses a multi-node world without torch.distributed: reported, not a failure
     failed = [n for n, p in R["runs"].items() for r in p.values()
               if ("error" in r and n != "mosaic-node0of2") or not r.get("ok", True) or r.get("first_errors")]

@@ -329,3 +329,17 @@ def command_line(script: str) -> str:
     """This process's command line, with paths inside the repository made relative to it."""
     python = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable
     return " ".join(shlex.quote(a) for a in [python, os.path.relpath(os.path.abspath(script), ROOT), *sys.argv[1:]])
+
+
+def publish(R: dict, render: Callable[[dict], str], script: str, out: str | None, json_path: str | None) -> None:
+    """Stamp ``R`` with ``script``'s command line, print its report (``render(R)``), and write the
+    report and ``R`` where asked."""
+    R["command"] = command_line(script)
+    text = render(R)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(R, f, indent=1)
