@@ -14,7 +14,6 @@ optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
@@ -24,21 +23,17 @@ import xxhash
 
 from ..errors import InvalidArgumentError, SampleIndexError, UnsafeEncodingError
 from ..format.batch import concat_batches, decode_batch, decode_range
-from ..format.hashing import check_hash
-from ..format.index import ShardInfo, read_index
+from ..format.index import ShardInfo
 from ..format.reader import ShardReader, open_shard
 from ..plan import World
-from ..storage.cache import ShardCache
-from ..storage.fetch import Fetcher
-from ..storage.fs import join
-from ..storage.index import local_index
 from ..units import parse_bytes, parse_count
 from .options import DatasetOptions
 from .mixorder import mix_order
 from .order import Order
 from .passes import PassReading
 from .prefetch import default_predownload
-from .stream import Stream, WeightSchedule, check_streams, described, locations, open_sources, shard_set
+from .stream import (Stream, WeightSchedule, check_streams, described, open_source, open_sources, shard_set,
+                     source_cache)
 from .world import detect_world, rank_world
 from ..integrations.torchenv import die_with_parent, register_iterable
 
@@ -114,11 +109,11 @@ class StreamingDataset(PassReading):
         limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
         self.cache_limit = limit
         self._mixed = streams is not None or epoch_size is not None or weight_schedule is not None
+        knobs = {"split": split, "download_retry": download_retry, "download_timeout": download_timeout,
+                 "validate_hash": validate_hash, "keep_zip": keep_zip}
         if self._mixed:
             if streams is not None and (remote is not None or local is not None):
                 raise InvalidArgumentError("give either streams=[...] or remote=/local=, not both")
-            knobs = {"split": split, "download_retry": download_retry, "download_timeout": download_timeout,
-                     "validate_hash": validate_hash, "keep_zip": keep_zip}
             streams = check_streams(streams if streams is not None else [Stream(remote=remote, local=local)])
             self._sources = open_sources(streams, knobs, storage_options)
             self.remote = next((src.remote for src in self._sources if src.remote is not None), None)
@@ -129,22 +124,12 @@ class StreamingDataset(PassReading):
                 warnings.warn(f"cache_limit={cache_limit!r} has no effect: no stream has a remote, so the local "
                               "directories hold the only copies of the shards, which are never evicted", stacklevel=2)
         else:
-            if validate_hash:
-                check_hash(validate_hash)
-            self.remote, self.local = locations(remote, local)
-            self.dirname = os.path.join(self.local, split) if split else self.local
-            fetcher = None
-            if self.remote is not None:
-                fetcher = Fetcher(join(self.remote, split), storage_options, download_retry, download_timeout)
-                self.shards = local_index(self.dirname, fetcher)
-            else:
-                self.shards = read_index(self.dirname)
-                if limit is not None:
-                    warnings.warn(f"cache_limit={cache_limit!r} has no effect: with no remote, {self.dirname} holds "
-                                  "the only copy of the shards, which are never evicted", stacklevel=2)
-            wait = download_timeout * (download_retry + 1) + 60
-            self._cache = ShardCache(self.dirname, self.shards, fetcher, limit if fetcher else None,
-                                     keep_zip=keep_zip, validate_hash=validate_hash, wait=wait)
+            src = open_source(remote, local, knobs, storage_options)
+            self.remote, self.local, self.dirname, self.shards = src.remote, src.local, src.dirname, src.shards
+            if limit is not None and self.remote is None:
+                warnings.warn(f"cache_limit={cache_limit!r} has no effect: with no remote, {self.dirname} holds "
+                              "the only copy of the shards, which are never evicted", stacklevel=2)
+            self._cache = source_cache(src, limit)
         if not allow_unsafe_types:
             _refuse_unsafe(self.shards)
         sizes = [s.samples for s in self.shards]
@@ -213,19 +198,7 @@ class StreamingDataset(PassReading):
         By default: where this process's pass in progress is (counting whole global steps),
         else the start of the next pass. None for a dataset with no streams.
         """
-        if not self._mixed:
-            return None
-        order = self._order
-        if epoch is None or position is None:
-            cur = order.current
-            if cur is not None and cur.world.workers == 1:
-                here_epoch, here = cur.epoch, min(cur.start + order._consumed(cur), cur.plan.end)
-            else:
-                nxt = order.pending
-                here_epoch, here = (nxt.epoch, nxt.position) if nxt is not None else (order.next_epoch, 0)
-            epoch = here_epoch if epoch is None else epoch
-            position = here if position is None else position
-        return order.mixture(order._spec_with(1)).weights_at(epoch, position)
+        return self._order.weights_at(position, epoch) if self._mixed else None
 
     @property
     def column_names(self) -> tuple[str, ...]:

@@ -52,6 +52,19 @@ class MixOrder(Order):
         """Samples each stream supplies to ``epoch``."""
         return self.mixture(self._spec_with(1)).counts(epoch)
 
+    def weights_at(self, position: Optional[int], epoch: Optional[int]) -> np.ndarray:
+        """The weights in effect at ``position`` of ``epoch``; each defaults to where this process's
+        pass is (whole global steps), else to the start of the next pass."""
+        if epoch is None or position is None:
+            cur = self.current
+            if cur is not None and cur.world.workers == 1:
+                here = (cur.epoch, min(cur.start + self._consumed(cur), cur.plan.end))
+            else:
+                here = (self.pending.epoch, self.pending.position) if self.pending else (self.next_epoch, 0)
+            epoch = here[0] if epoch is None else epoch
+            position = here[1] if position is None else position
+        return self.mixture(self._spec_with(1)).weights_at(epoch, position)
+
     def _epoch(self, spec: PlanSpec, epoch: int, g: int, origin: int = 0) -> MixedEpoch:
         key = (epoch, g, self.options.batch_size or 1, origin)
         plan = self._epochs.get(key)
@@ -95,7 +108,7 @@ class MixOrder(Order):
 
     def _check_unit(self, point: ResumePoint, plan: MixedEpoch, g: int) -> None:
         unit = plan.resume_unit
-        if unit is None or point.position == 0:
+        if unit is None:
             return
         now = g if plan.method in ("stratified", "per_stream") else (self.options.batch_size or 1)
         if now != unit:

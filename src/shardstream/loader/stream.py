@@ -180,20 +180,18 @@ def _count(name: str, value) -> int:
 
 
 class StreamSource:
-    """An opened stream: where it lives, its shards and the store that serves them."""
+    """An opened stream: where it lives, its shards and the knobs it reads them with."""
 
-    def __init__(self, stream: Stream, remote: Optional[str], dirname: str, shards: list, fetcher, knobs: dict):
+    def __init__(self, stream: Optional[Stream], remote: Optional[str], local: str, dirname: str, shards: list,
+                 fetcher, knobs: dict):
         self.stream = stream
         self.remote = remote
+        self.local = local
         self.dirname = dirname
         self.shards = shards
         self.fetcher = fetcher
         self.knobs = knobs
         self.samples = sum(s.samples for s in shards)
-
-    @property
-    def footprint(self) -> int:
-        return sum(s.raw_data.bytes + (s.zip_data.bytes if s.zip_data is not None else 0) for s in self.shards)
 
 
 def check_streams(streams) -> list[Stream]:
@@ -207,54 +205,61 @@ def check_streams(streams) -> list[Stream]:
     return list(streams)
 
 
+def open_source(remote: Optional[str], local: Optional[str], knobs: dict, storage_options: Optional[dict],
+                stream: Optional[Stream] = None) -> StreamSource:
+    """Locate one dataset and read its index (fetching it once per machine for a remote)."""
+    if knobs["validate_hash"]:
+        check_hash(knobs["validate_hash"])
+    remote, local = locations(remote, local)
+    split = knobs["split"]
+    dirname = os.path.join(local, split) if split else local
+    if remote is not None:
+        fetcher = Fetcher(join(remote, split), storage_options, knobs["download_retry"], knobs["download_timeout"])
+        shards = local_index(dirname, fetcher)
+    else:
+        fetcher, shards = None, read_index(dirname)
+    return StreamSource(stream, remote, local, dirname, shards, fetcher, knobs)
+
+
 def open_sources(streams: list[Stream], defaults: dict, storage_options: Optional[dict]) -> list[StreamSource]:
-    """Read every stream's index (fetching it once per machine for a remote)."""
-    sources = []
+    """Every stream opened with its knobs (each defaulting to the dataset's)."""
+    sources: list[StreamSource] = []
     for st in streams:
-        knobs = st.knobs(defaults)
-        if knobs["validate_hash"]:
-            check_hash(knobs["validate_hash"])
-        remote, local = locations(st.remote, st.local)
-        split = knobs["split"]
-        dirname = os.path.join(local, split) if split else local
-        if remote is not None:
-            fetcher = Fetcher(join(remote, split), storage_options, knobs["download_retry"], knobs["download_timeout"])
-            shards = local_index(dirname, fetcher)
-        else:
-            fetcher, shards = None, read_index(dirname)
+        src = open_source(st.remote, st.local, st.knobs(defaults), storage_options, st)
         for other in sources:
-            if other.dirname == dirname and other.remote != remote:
+            if other.dirname == src.dirname and other.remote != src.remote:
                 raise InvalidArgumentError(
-                    f"two streams keep their shards in {dirname!r} but come from different places "
-                    f"({other.remote or 'local'} and {remote or 'local'}); give each its own local directory")
-        sources.append(StreamSource(st, remote, dirname, shards, fetcher, knobs))
+                    f"two streams keep their shards in {src.dirname!r} but come from different places "
+                    f"({other.remote or 'local'} and {src.remote or 'local'}); give each its own local directory")
+        sources.append(src)
     return sources
+
+
+def source_cache(src: StreamSource, limit: Optional[int]) -> ShardCache:
+    """The shard cache of one opened dataset (``limit`` only applies with a remote)."""
+    k = src.knobs
+    wait = k["download_timeout"] * (k["download_retry"] + 1) + 60
+    return ShardCache(src.dirname, src.shards, src.fetcher, limit if src.fetcher else None, keep_zip=k["keep_zip"],
+                      validate_hash=k["validate_hash"], wait=wait)
 
 
 def shard_set(sources: list[StreamSource], limit: Optional[int]) -> ShardSet:
     """One store per stream; ``limit`` (bytes) is split among the streams with a remote by their size."""
-    remote_bytes = sum(src.footprint for src in sources if src.remote is not None)
-    stores = []
-    for src in sources:
-        k = src.knobs
-        if src.remote is None:
-            stores.append(LocalShards(src.dirname, src.shards, k["validate_hash"]))
-            continue
-        wait = k["download_timeout"] * (k["download_retry"] + 1) + 60
-        stores.append(ShardCache(src.dirname, src.shards, src.fetcher, None, keep_zip=k["keep_zip"],
-                                 validate_hash=k["validate_hash"], wait=wait))
-    if limit is not None:
-        caches = [(src, store) for src, store in zip(sources, stores) if src.remote is not None]
+    stores = [source_cache(src, None) if src.remote is not None
+              else LocalShards(src.dirname, src.shards, src.knobs["validate_hash"]) for src in sources]
+    caches = [(store, sum(store.footprint(i) for i in range(len(store.shards))))
+              for src, store in zip(sources, stores) if src.remote is not None]
+    if limit is not None and caches:
+        total = max(sum(size for _, size in caches), 1)
         # the smallest limit whose share, for every stream, covers that stream's minimum
-        need = max((-(-store.minimum_limit() * max(remote_bytes, 1) // max(src.footprint, 1))
-                    for src, store in caches), default=0)
+        need = max(-(-store.minimum_limit() * total // max(size, 1)) for store, size in caches)
         if limit < need:
             raise CacheLimitError(
                 f"cache_limit={limit} bytes is too small for {len(caches)} streams with a remote: it is split among "
                 f"them by size, and each needs room for one shard in use plus the next one arriving; raise "
                 f"cache_limit to at least {need} bytes (several times that for shuffled epochs)")
-        for src, store in caches:
-            store.limit = max(1, limit * src.footprint // max(remote_bytes, 1))
+        for store, size in caches:
+            store.limit = max(1, limit * size // total)
     return ShardSet(stores)
 
 
