@@ -82,9 +82,6 @@ class ShardSet:
         k = bisect_right(self.firsts, i) - 1
         return self.stores[k], i - self.firsts[k]
 
-    def stream_of(self, i: int) -> int:
-        return bisect_right(self.firsts, i) - 1
-
     def reader(self, i: int) -> ShardReader:
         store, j = self._at(i)
         return store.reader(j)
