@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from .errors import InvalidArgumentError
 from .format.index import INDEX_BASENAME
-from .format.writer import DEFAULT_SIZE_LIMIT, ShardWriter
+from .format.writer import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT, ShardWriter
 from .storage.fs import is_remote, split_protocol
 from .storage.upload import Uploader
 
@@ -36,6 +36,10 @@ class MDSWriter(ShardWriter):
     ``file://`` ...; shards are staged in a temp directory and uploaded in the
     background, the index last), or a ``(local_dir, remote_url)`` pair.
 
+    ``hashes`` names the digests recorded in the index for every shard file; the default,
+    ``("xxh3_64",)``, is cheap and lets ``shardstream verify`` and downloads detect damaged
+    bytes. ``hashes=[]`` (or ``None``) records none, as mosaicml-streaming does by default.
+
     Use it as a context manager: on a clean exit the last shard and ``index.json`` are
     written; if the block raises, no index is written, so the partial output is never
     taken for a complete dataset.
@@ -55,7 +59,7 @@ class MDSWriter(ShardWriter):
         out: Union[str, tuple[str, str]],
         keep_local: bool = False,
         compression: Optional[str] = None,
-        hashes: Optional[list[str]] = None,
+        hashes: Optional[Sequence[str]] = DEFAULT_HASHES,
         size_limit: Optional[Union[int, str]] = DEFAULT_SIZE_LIMIT,
         progress_bar: bool = False,
         max_workers: Optional[int] = None,

@@ -255,6 +255,23 @@ def test_several_hashes_over_raw_and_compressed(tmp_path, make_dataset, load_ind
         assert s["raw_data"]["hashes"] == {a: independent_digest(a, raw) for a in hashes}
 
 
+def test_default_records_xxh3_64_and_empty_hashes_record_none(tmp_path, make_dataset, load_index):
+    samples = [{"s": f"value {i}"} for i in range(50)]
+    default = make_dataset(tmp_path, {"s": "str"}, samples, subdir="default", size_limit=512, compression="zstd")
+    explicit = make_dataset(tmp_path, {"s": "str"}, samples, subdir="explicit", size_limit=512, compression="zstd",
+                            hashes=["xxh3_64"])
+    assert load_index(default) == load_index(explicit)
+    for s in load_index(default)["shards"]:
+        assert s["hashes"] == ["xxh3_64"]
+        data = open(os.path.join(default, s["zip_data"]["basename"]), "rb").read()
+        assert s["zip_data"]["hashes"] == {"xxh3_64": independent_digest("xxh3_64", data)}
+        assert set(s["raw_data"]["hashes"]) == {"xxh3_64"}
+    for hashes in ([], None):
+        out = make_dataset(tmp_path, {"s": "str"}, samples, subdir=f"none-{hashes}", size_limit=512, hashes=hashes)
+        for s in load_index(out)["shards"]:
+            assert s["hashes"] == [] and s["raw_data"]["hashes"] == {}
+
+
 @pytest.mark.parametrize("compression", ["lz4", "zstd:0", "zstd:23", "gz:10", "bz2:0", "br:12", "snappy:1",
                                          "zstd:x", ":3", "ZSTD", 5])
 def test_invalid_compression(tmp_path, compression):

@@ -186,7 +186,7 @@ def _write_ours(spec: dict, out: Path) -> None:
 
 
 def _read_options(spec: dict) -> dict:
-    return {"validate_hash": "xxh64" if "xxh64" in (spec.get("hashes") or []) else None}
+    return {"validate_hash": samples.validate_hash_for(spec)}
 
 
 def _build_world(root: Path) -> dict:

@@ -416,6 +416,7 @@ def grid() -> list[dict]:
     * one dataset holding every encoding as a column, across every compression, with
       and without hashes;
     * two single-encoding datasets across every compression (with hashes);
+    * one dataset with every encoding and ``xxh3_64``, MDSWriter's default digest;
     * a dataset whose first sample alone exceeds ``size_limit``.
     """
     cases = []
@@ -431,11 +432,19 @@ def grid() -> list[dict]:
             if compression in (None, "zstd"):
                 continue  # already above
             cases.append(_case(enc, {"value": enc, "id": "int"}, compression, HASHES))
+    # MDSWriter's default digest, written by both libraries and checked by both readers
+    cases.append(_case("default_hash", mixed_columns(), "zstd", ["xxh3_64"]))
     cases.append(_case("oversize_first", {"value": "bytes", "id": "int"}, None, None,
                        gens={"value": "bytes_big_first"}, size_limit=1000))
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "duplicate case names"
     return cases
+
+
+def validate_hash_for(spec: dict):
+    """The digest a reader checks for ``spec``: xxh64 or xxh3_64 when the spec records one."""
+    hashes = spec.get("hashes") or []
+    return next((algo for algo in ("xxh64", "xxh3_64") if algo in hashes), None)
 
 
 def encodings_of(spec: dict) -> dict:

@@ -41,7 +41,7 @@ MAX_REPORTED = 6
 # ----------------------------------------------------------------------------------
 
 def validate_hash_for(spec: dict):
-    return "xxh64" if "xxh64" in (spec.get("hashes") or []) else None
+    return samples.validate_hash_for(spec)
 
 
 def copy_dataset(src: Path, tmp_path: Path, name: str = "ds") -> Path:

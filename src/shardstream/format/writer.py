@@ -22,7 +22,7 @@ import shutil
 import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from .index import INDEX_BASENAME, FileInfo, ShardInfo, write_index_atomic
 
 MAX_SHARD_BYTES = (1 << 32) - 1  # offsets are uint32
 DEFAULT_SIZE_LIMIT = 1 << 26
+DEFAULT_HASHES = ("xxh3_64",)  # MDSWriter's default: cheap, and makes damage detectable
 
 
 class ShardWriter:
@@ -53,7 +54,7 @@ class ShardWriter:
         columns: dict[str, str],
         local: str,
         compression: Optional[str] = None,
-        hashes: Optional[list[str]] = None,
+        hashes: Optional[Sequence[str]] = None,
         size_limit: Optional[int | str] = DEFAULT_SIZE_LIMIT,
         exist_ok: bool = False,
         max_workers: Optional[int] = None,
