@@ -3,6 +3,7 @@ only complete shards and hidden temp files, and the directory can be rewritten."
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -113,3 +114,41 @@ def test_index_is_written_atomically_on_clean_exit(tmp_path):
     on_disk = sorted(n for n in os.listdir(out) if n != "index.json")
     assert on_disk == [s["raw_data"]["basename"] for s in index["shards"]]
     assert [s["i"] for s in StreamingDataset(local=str(out))] == list(range(3000))
+
+
+FULL_DISK_CHILD = r"""
+import json, resource, signal, sys
+from shardstream import MDSWriter, OutputWriteError, WriterError
+
+out, limit = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    with MDSWriter(out=out, columns={"i": "int"}, size_limit=1024) as w:
+        for i in range(3000):
+            w.write({"i": i})
+except Exception as exc:
+    print(json.dumps({"type": type(exc).__name__, "message": str(exc), "errno": getattr(exc, "errno", None),
+                      "writer_error": isinstance(exc, WriterError), "os_error": isinstance(exc, OSError),
+                      "output_write_error": isinstance(exc, OutputWriteError)}))
+else:
+    print(json.dumps(None))
+"""
+
+
+@pytest.mark.parametrize("limit, failing", [(4096, "index.json"), (512, "shard.00000.mds")])
+def test_full_disk_raises_a_typed_error_and_leaves_no_index(tmp_path, limit, failing):
+    # Shards are at most 1 KiB and the index of ~45 shards is ~18 KiB: a 4 KiB file size limit fails
+    # the index alone, a 512-byte one the first shard.
+    out = tmp_path / "ds"
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(out), str(limit)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result is not None, "the write did not fail"
+    assert result["output_write_error"] and result["writer_error"] and result["os_error"], result
+    assert result["errno"] == errno.EFBIG
+    assert str(out / failing) in result["message"] and "free space" in result["message"], result
+    names = os.listdir(out)
+    assert "index.json" not in names
+    assert not [n for n in names if n.startswith(".tmp-")], names

@@ -11,6 +11,7 @@ from .errors import (
     MissingDependencyError,
     NotYetSupportedError,
     OutputExistsError,
+    OutputWriteError,
     SampleIndexError,
     ShardNotFoundError,
     ShardstreamError,
@@ -38,7 +39,7 @@ __all__ = [
     "merge_index", "Ragged",
     "inspect_dataset", "verify_dataset", "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
-    "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",
+    "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "OutputWriteError", "SampleIndexError",
     "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
     "UploadError", "WriterError", "__version__",
 ]

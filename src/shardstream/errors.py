@@ -72,6 +72,11 @@ class UploadError(WriterError, OSError):
     """Uploading a written file to its remote location failed."""
 
 
+class OutputWriteError(WriterError, OSError):
+    """Writing a file of the dataset to its local directory failed (disk full, size limit,
+    permissions); the message names the file. ``errno`` is the underlying error's."""
+
+
 class NotYetSupportedError(ShardstreamError, NotImplementedError):
     """An option that is accepted for compatibility but not implemented in this version."""
 

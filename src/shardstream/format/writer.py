@@ -16,6 +16,7 @@ shards which are not there.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import EncodeError, InvalidArgumentError, OutputExistsError, WriterError
+from ..errors import EncodeError, InvalidArgumentError, OutputExistsError, OutputWriteError, WriterError
 from ..units import parse_bytes
 from .atomic import TMP_PREFIX, atomic_write
 from .compression import compress, compression_extension, parse_compression
@@ -215,7 +216,10 @@ class ShardWriter:
             zip_info = FileInfo(zip_name, len(data), {a: digest(a, data) for a in self.hashes})
         stored = zip_info or raw_info
         path = os.path.join(self.local, stored.basename)
-        atomic_write(path, data, fsync=False)
+        try:
+            atomic_write(path, data, fsync=False)
+        except OSError as exc:
+            raise output_write_error(path, exc) from exc
         info = ShardInfo(tuple(self.column_encodings), tuple(self.column_names), tuple(self.column_sizes),
                          self.compression, tuple(self.hashes), raw_info, n, self.size_limit, zip_info)
         with self._lock:
@@ -246,7 +250,11 @@ class ShardWriter:
         self._check_jobs(all_jobs=True)
         self._pool.shutdown(wait=True)
         self._closed = True
-        path = write_index_atomic(self.local, self.shards)
+        try:
+            path = write_index_atomic(self.local, self.shards)
+        except OSError as exc:
+            self._abort()
+            raise output_write_error(os.path.join(self.local, INDEX_BASENAME), exc) from exc
         if self._on_file is not None:
             self._on_file(path, INDEX_BASENAME)
 
@@ -273,6 +281,24 @@ class ShardWriter:
                 fut.cancel()
             self._pending = []
             self._abort()
+
+
+_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def output_write_error(path: str, exc: OSError) -> OutputWriteError:
+    """``exc``, raised writing ``path``, as an :class:`OutputWriteError` that says what to do."""
+    if exc.errno in _FULL:
+        fix = "free space on that disk (or raise the file size limit), or write to another out"
+    elif exc.errno in _DENIED:
+        fix = "make the directory writable, or write to another out"
+    else:
+        fix = "check the output directory, or write to another out"
+    err = OutputWriteError(f"writing {path!r} failed: {exc.strerror or exc}; {fix}. No index.json was written, "
+                           "so the partial output is not taken for a dataset")
+    err.errno = exc.errno
+    return err
 
 
 def make_sample_encoder(cols: list, slow: Callable[[dict], bytes]) -> Callable[[dict], bytes]:
