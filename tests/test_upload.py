@@ -16,11 +16,18 @@ from shardstream import MDSWriter, StreamingDataset, UploadError, WriterError
 
 @pytest.fixture
 def private_tmp(tmp_path, monkeypatch):
-    """Point tempfile at a directory of this test so staging directories can be checked."""
+    """Point tempfile and the cache root (where remote writes are staged) at directories of this
+    test so staging directories can be checked."""
     d = tmp_path / "tmp"
     d.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(d))
+    monkeypatch.setenv("SHARDSTREAM_CACHE_DIR", str(tmp_path / "cache"))
     return d
+
+
+def staging_dirs(tmp_path):
+    root = tmp_path / "cache" / "staging"
+    return [p.name for p in root.iterdir() if p.is_dir()] if root.exists() else []
 
 
 def samples(n=60):
@@ -93,7 +100,8 @@ def test_memory_url(tmp_path, private_tmp):
         assert [s["i"] for s in ds] == list(range(80))
     finally:
         fs.rm(root, recursive=True)
-    assert os.listdir(private_tmp) == []  # the staging directory is gone
+    assert os.listdir(private_tmp) == [] and staging_dirs(tmp_path) == []  # the staging directory is gone
+    assert (tmp_path / "cache" / "staging").is_dir()  # it was staged there
 
 
 def test_upload_progress_bar(tmp_path):

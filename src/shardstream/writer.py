@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from typing import Any, Optional, Sequence, Union
 
 from .errors import InvalidArgumentError
 from .format.index import INDEX_BASENAME
 from .format.writer import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT, ShardWriter
 from .storage.fs import is_remote, split_protocol
+from .storage.staging import Staging
 from .storage.upload import Uploader
 
 
@@ -32,9 +32,11 @@ def resolve_out(out: Union[str, tuple[str, str]]) -> tuple[Optional[str], Option
 class MDSWriter(ShardWriter):
     """Write samples into MDS shards, compatible with mosaicml-streaming.
 
-    ``out`` is a local directory, any fsspec URL (``s3://``, ``gs://``, ``az://``,
-    ``file://`` ...; shards are staged in a temp directory and uploaded in the
-    background, the index last), or a ``(local_dir, remote_url)`` pair.
+    ``out`` is a local directory (or ``file://`` URL), any fsspec URL (``s3://``, ``gs://``,
+    ``az://`` ...; shards are staged in a directory named after the URL under the cache root
+    and uploaded in the background, the index last), or a ``(local_dir, remote_url)`` pair.
+    A non-empty ``out`` is refused unless ``exist_ok=True``, which replaces the dataset there
+    and refuses, naming them, files that are not a dataset's.
 
     ``hashes`` names the digests recorded in the index for every shard file; the default,
     ``("xxh3_64",)``, is cheap and lets ``shardstream verify`` and downloads detect damaged
@@ -71,16 +73,22 @@ class MDSWriter(ShardWriter):
         self.remote = remote
         self.keep_local = keep_local or remote is None
         self._uploader: Optional[Uploader] = None
-        self._temp_local = False
-        if remote is not None:
-            if local is None:
-                local = tempfile.mkdtemp(prefix="shardstream-write-")
-                self._temp_local = True
-            self._uploader = Uploader(remote, retry=retry, max_workers=max_workers,
-                                      storage_options=storage_options, progress_bar=progress_bar)
-        super().__init__(columns=columns, local=local, compression=compression, hashes=hashes,
-                         size_limit=size_limit, exist_ok=exist_ok or self._temp_local,
-                         on_file=self._on_file if remote is not None else None)
+        self._staging: Optional[Staging] = None
+        if remote is not None and local is None:
+            self._staging = Staging(remote)  # a killed writer's leftovers there are removed
+            local = self._staging.path
+        try:
+            if remote is not None:
+                self._uploader = Uploader(remote, retry=retry, max_workers=max_workers,
+                                          storage_options=storage_options, progress_bar=progress_bar)
+            super().__init__(columns=columns, local=local, compression=compression, hashes=hashes,
+                             size_limit=size_limit, exist_ok=exist_ok or self._staging is not None,
+                             on_file=self._on_file if remote is not None else None)
+            if self._uploader is not None:  # only once the arguments are known to be good
+                self._uploader.prepare(exist_ok)
+        except BaseException:
+            self._release()
+            raise
 
     def _on_file(self, path: str, basename: str) -> None:
         if basename == INDEX_BASENAME:
@@ -92,13 +100,25 @@ class MDSWriter(ShardWriter):
     def finish(self) -> None:
         if self._closed:
             return
-        super().finish()
-        if self._uploader is not None and not self.keep_local:
+        try:
+            super().finish()
+        except BaseException:
+            self._abort()
+            raise
+        if self._staging is not None:
+            self._staging.release(keep=self.keep_local)
+            self._staging = None
+        elif self._uploader is not None and not self.keep_local:
             shutil.rmtree(self.local, ignore_errors=True)
 
     def _abort(self) -> None:
         super()._abort()
+        self._release()
+
+    def _release(self) -> None:
+        """Stop uploading; remove the staging directory and let the next writer to this out in."""
         if self._uploader is not None:
             self._uploader.abort()
-            if self._temp_local:
-                shutil.rmtree(self.local, ignore_errors=True)
+        if self._staging is not None:
+            self._staging.release()
+            self._staging = None

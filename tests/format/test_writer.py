@@ -309,9 +309,42 @@ def test_non_empty_output_needs_exist_ok(tmp_path, make_dataset):
     assert isinstance(info.value, FileExistsError) and isinstance(info.value, WriterError)
     assert str(out) in str(info.value)
     assert (out / "stale.txt").read_text() == "old"  # nothing was touched
-    make_dataset(tmp_path, {"a": "int"}, [{"a": 1}, {"a": 2}], exist_ok=True)
+
+
+def test_exist_ok_refuses_files_that_are_not_a_datasets(tmp_path, make_dataset, load_index):
+    out = tmp_path / "ds"
+    make_dataset(tmp_path, {"a": "int"}, [{"a": i} for i in range(300)], size_limit=256, compression="zstd")
+    (out / "notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    (out / "sub" / "keep.bin").write_bytes(b"x")
+    before = sorted(os.listdir(out))
+    with pytest.raises(OutputExistsError) as info:
+        MDSWriter(out=str(out), columns={"b": "str"}, exist_ok=True)
+    message = str(info.value)
+    assert "'notes.txt'" in message and "'sub/keep.bin'" in message and "shard." not in message
+    assert sorted(os.listdir(out)) == before  # nothing was deleted
+    assert (out / "notes.txt").read_text() == "mine" and len(StreamingDataset(local=str(out))) == 300
+
+
+def test_exist_ok_replaces_a_dataset_and_an_interrupted_writers_files(tmp_path, make_dataset, load_index):
+    out = tmp_path / "ds"
+    make_dataset(tmp_path, {"a": "int"}, [{"a": i} for i in range(300)], size_limit=256, compression="zstd")
+    StreamingDataset(local=str(out))[299]  # reading leaves decompressed copies beside the shards
+    (out / "shard.00999.mds").write_bytes(b"from a killed writer")  # not listed in the index
+    (out / ".tmp-shard.01000.mds.123.abcd").write_bytes(b"half")
+    make_dataset(tmp_path, {"b": "str"}, [{"b": "x"}, {"b": "y"}], exist_ok=True)
     assert sorted(os.listdir(out)) == ["index.json", "shard.00000.mds"]
-    assert [s["a"] for s in StreamingDataset(local=str(out))] == [1, 2]
+    assert [s["b"] for s in StreamingDataset(local=str(out))] == ["x", "y"]
+
+
+def test_exist_ok_replaces_a_merged_dataset(tmp_path, make_dataset):
+    out = tmp_path / "ds"
+    for part in ("p0", "p1"):
+        make_dataset(out, {"a": "int"}, [{"a": i} for i in range(50)], subdir=part, size_limit=256)
+    shardstream.merge_index(str(out))
+    assert len(StreamingDataset(local=str(out))) == 100
+    make_dataset(tmp_path, {"b": "str"}, [{"b": "x"}], exist_ok=True)
+    assert sorted(os.listdir(out)) == ["index.json", "shard.00000.mds"]  # the emptied parts are gone too
 
 
 def test_existing_empty_directory_is_fine(tmp_path, make_dataset):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import struct
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -27,13 +26,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import EncodeError, InvalidArgumentError, OutputExistsError, OutputWriteError, WriterError
+from ..errors import EncodeError, InvalidArgumentError, OutputWriteError, WriterError
 from ..units import parse_bytes
 from .atomic import TMP_PREFIX, atomic_write
 from .compression import compress, compression_extension, parse_compression
 from .encodings import Int, Str, get_encoding
 from .hashing import check_hash, digest
 from .index import INDEX_BASENAME, FileInfo, ShardInfo, write_index_atomic
+from .outdir import clear_local
 
 MAX_SHARD_BYTES = (1 << 32) - 1  # offsets are uint32
 DEFAULT_SIZE_LIMIT = 1 << 26
@@ -117,18 +117,7 @@ class ShardWriter:
         }
 
     def _prepare_dir(self, exist_ok: bool) -> None:
-        if os.path.isdir(self.local) and os.listdir(self.local):
-            if not exist_ok:
-                raise OutputExistsError(
-                    f"output directory {self.local!r} is not empty; pass exist_ok=True to replace its "
-                    "contents, or choose an empty directory"
-                )
-            # Remove the index first: a crash from here on must not leave an index that
-            # describes shards which are being replaced.
-            index = os.path.join(self.local, INDEX_BASENAME)
-            if os.path.exists(index):
-                os.unlink(index)
-            shutil.rmtree(self.local)
+        clear_local(self.local, exist_ok)
         os.makedirs(self.local, exist_ok=True)
 
     def _reset(self) -> None:
@@ -263,7 +252,11 @@ class ShardWriter:
         disk but nothing claims them, so the directory is not a readable dataset."""
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
-        for name in os.listdir(self.local):
+        try:
+            names = os.listdir(self.local)
+        except FileNotFoundError:  # a staging directory already removed
+            names = []
+        for name in names:
             if name.startswith(TMP_PREFIX):
                 try:
                     os.unlink(os.path.join(self.local, name))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
 from ..errors import UploadError
+from ..format.index import INDEX_BASENAME
+from ..format.outdir import refuse_non_empty, refuse_others, split_dataset_files
 from .fs import backoff, filesystem
 
 
@@ -38,6 +41,39 @@ class Uploader:
             self.fs.makedirs(self.root, exist_ok=True)
         except Exception:  # object stores have no directories; the first put creates the prefix
             pass
+
+    def prepare(self, exist_ok: bool) -> None:
+        """Refuse a remote directory that holds files (without ``exist_ok``) or files that are not a
+        dataset's (with it); else delete the dataset there, its index first."""
+        names = self._listing()
+        if not names:
+            return
+        if not exist_ok:
+            refuse_non_empty(self.remote, len(names))
+        index = None
+        if INDEX_BASENAME in names:
+            index = self.fs.cat_file(f"{self.root}/{INDEX_BASENAME}")
+        ours, others = split_dataset_files(names, index)
+        refuse_others(self.remote, others)
+        for name in ours:
+            self.fs.rm_file(f"{self.root}/{name}")
+        self.fs.invalidate_cache(self.root)
+
+    def _listing(self) -> list[str]:
+        """The files below the remote directory, as paths relative to it."""
+        try:
+            found = self.fs.find(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except PermissionError as exc:  # write-only credentials: writing still works, checking does not
+            warnings.warn(f"cannot list {self.remote} ({exc}); files already there are not checked or replaced",
+                          stacklevel=3)
+            return []
+        except Exception as exc:
+            raise UploadError(f"listing {self.remote} (to check what is there) failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        prefix = self.root.rstrip("/") + "/"
+        return [p[len(prefix):] for p in found if p.startswith(prefix)]
 
     def submit(self, local_path: str, basename: str) -> None:
         self.check()
