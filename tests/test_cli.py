@@ -1,4 +1,4 @@
-"""The command line, run as a real process: ``python -m shardstream.cli.main inspect|verify``."""
+"""The command line, run as a real process: ``python -m shardstream inspect|verify``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import shardstream
 
 
 def cli(*args, check_rc=None):
-    proc = subprocess.run([sys.executable, "-m", "shardstream.cli.main", *map(str, args)],
+    proc = subprocess.run([sys.executable, "-m", "shardstream", *map(str, args)],
                           capture_output=True, text=True, timeout=120)
     if check_rc is not None:
         assert proc.returncode == check_rc, (proc.returncode, proc.stdout, proc.stderr)
@@ -71,7 +71,7 @@ def test_verify_good_dataset(dataset, load_index):
     proc = cli("verify", dataset, check_rc=0)
     assert proc.stdout.startswith("OK:")
     assert f"{n} shards, 100 samples" in proc.stdout
-    assert f"{2 * n} digests checked" in proc.stdout
+    assert f"{2 * n} digests checked, 100 samples decoded" in proc.stdout
     assert cli("verify", "--quick", dataset, check_rc=0).stdout.startswith("OK:")
 
 
@@ -94,11 +94,66 @@ def test_verify_flipped_byte(dataset):
 
 
 def test_verify_without_hashes_decodes_samples(tmp_path, make_dataset, load_index):
-    out = make_dataset(tmp_path, {"s": "str"}, [{"s": "abc"}, {"s": b"\xff\xfe"}])  # invalid UTF-8 stored raw
+    out = make_dataset(tmp_path, {"s": "str"}, [{"s": "abc"}, {"s": b"\xff\xfe"}], hashes=[])  # invalid UTF-8
     proc = cli("verify", out, check_rc=1)
     assert "DAMAGED shard 0 (shard.00000.mds)" in proc.stdout and "CorruptShardError" in proc.stdout
-    # --quick checks files and digests only, so the damaged value goes unnoticed
-    cli("verify", "--quick", out, check_rc=0)
+    assert "sample 1: " in proc.stdout and "(1 of 2 samples fail to decode)" in proc.stdout
+    # --quick checks files and digests only, so the damaged value goes unnoticed, and nothing is verified
+    proc = cli("verify", "--quick", out, check_rc=3)
+    assert proc.stdout.startswith("NOT VERIFIED: 1 of 1 shards record no digest") and "--quick" in proc.stdout
+
+
+def test_unhashed_dataset_with_a_flipped_int_is_not_verified(tmp_path, make_dataset, parse_shard):
+    samples = [{"id": i, "text": f"row {i}"} for i in range(50)]
+    out = make_dataset(tmp_path, {"id": "int", "text": "str"}, samples, hashes=[])
+    shard = parse_shard(open(os.path.join(out, "shard.00000.mds"), "rb").read())
+    flip(os.path.join(out, "shard.00000.mds"), shard.offsets[7] + 4)  # inside sample 7's int
+    assert shardstream.StreamingDataset(local=out)[7]["id"] != 7  # the damage is there, and undetectable
+    proc = cli("verify", out, check_rc=3)
+    assert proc.stdout.startswith("NOT VERIFIED: 1 of 1 shards record no digest")
+    assert "all 50 samples checked, no problems" in proc.stdout and "0 digests checked" in proc.stdout
+    assert "hashes=['xxh3_64']" in proc.stdout and "OK" not in proc.stdout
+    # with MDSWriter's default digest the same flip is found
+    out = make_dataset(tmp_path, {"id": "int", "text": "str"}, samples, subdir="hashed")
+    flip(os.path.join(out, "shard.00000.mds"), shard.offsets[7] + 4)
+    proc = cli("verify", out, check_rc=1)
+    assert "HashMismatchError" in proc.stdout and "xxh3_64" in proc.stdout
+
+
+@pytest.mark.parametrize("column, bad, found", [
+    ("json", b'{"a": 1', "invalid JSON"),
+    ("ndarray:int32", b"\x01\x02\x03\x04\x05", "ndarray:int32 column has a damaged header"),
+    ("ndarray", b"\x21\x04\x02\x00\x00\x00", "needs 8 bytes, found 3"),
+    ("str_int", b"12x", "not an integer"),
+])
+def test_verify_decodes_every_sample_of_an_unhashed_dataset(tmp_path, make_dataset, column, bad, found):
+    good = {"json": {"a": 1}, "ndarray:int32": np.arange(3, dtype=np.int32),
+            "ndarray": np.arange(3, dtype=np.int32), "str_int": 12}[column]
+    samples = [{"v": good}] * 5 + [{"v": bad}] + [{"v": good}] * 3 + [{"v": bad}]
+    out = make_dataset(tmp_path, {"v": column}, samples, hashes=[])
+    proc = cli("verify", out, check_rc=1)
+    assert "DAMAGED shard 0" in proc.stdout and "sample 5: " in proc.stdout and found in proc.stdout, proc.stdout
+    assert "(2 of 10 samples fail to decode)" in proc.stdout
+
+
+def test_help_documents_the_exit_codes_and_options():
+    for args in (["--help"], ["verify", "--help"]):
+        out = cli(*args, check_rc=0).stdout
+        assert "exit status" in out and "3  not verified" in out and "1  damage found" in out
+    for command in ("inspect", "verify"):
+        assert "--storage-option KEY=VALUE" in cli(command, "--help", check_rc=0).stdout
+
+
+def test_file_url_and_storage_option_parsing(dataset, load_index):
+    n = len(load_index(dataset)["shards"])
+    url = "file://" + dataset
+    info = json.loads(cli("inspect", "--json", url, check_rc=0).stdout)
+    assert info["shards"] == n and info["samples"] == 100 and info["path"] == url
+    assert cli("verify", url, "--storage-option", "auto_mkdir=false", check_rc=0).stdout.startswith("OK:")
+    proc = cli("inspect", url, "--storage-option", "novalue", check_rc=2)
+    assert "key=value" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("inspect", "file://" + dataset + "-missing", check_rc=2)
+    assert "index.json" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_verify_missing_and_truncated_shards(dataset):

@@ -23,8 +23,8 @@ from .errors import (
 )
 from .format.batch import Ragged
 from .format.encodings import encoding_names
-from .format.inspect import inspect_dataset
-from .format.verify import VerifyReport, verify_dataset
+from .check import inspect_dataset, verify_dataset
+from .format.verify import VerifyReport
 from .loader.batches import BatchLoader
 from .loader.dataset import StreamingDataset
 from .loader.stream import Stream, WeightSchedule

@@ -1,4 +1,4 @@
-"""``shardstream`` command line: ``inspect`` and ``verify`` a dataset."""
+"""``shardstream`` command line: ``inspect`` and ``verify`` a dataset, local or remote."""
 
 from __future__ import annotations
 
@@ -36,8 +36,33 @@ class _Progress:
         sys.stderr.flush()
 
 
+EXIT_CODES = """exit status:
+  0  verified: every shard matches its recorded digests and decodes
+  1  damage found (a shard missing, truncated, not matching its digest, or not decoding)
+  2  usage error, or no readable index.json at PATH
+  3  not verified: nothing damaged was found, but some shards record no digest, so damage to
+     their values cannot be detected (write with hashes=['xxh3_64'], MDSWriter's default)"""
+
+
+def _storage_options(pairs: list[str]) -> dict:
+    """``key=value`` strings -> storage_options; values are parsed as JSON when they are (``anon=true``)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise shardstream.InvalidArgumentError(
+                f"--storage-option {pair!r} should be key=value, e.g. anon=true or "
+                'client_kwargs={"endpoint_url": "http://localhost:9000"}'
+            )
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 def _inspect(args) -> int:
-    info = shardstream.inspect_dataset(args.path)
+    info = shardstream.inspect_dataset(args.path, storage_options=_storage_options(args.storage_option))
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -55,26 +80,50 @@ def _inspect(args) -> int:
 
 def _verify(args) -> int:
     progress = _Progress("verify", args.progress)
-    report = shardstream.verify_dataset(args.path, decode_samples=not args.quick, progress=progress)
+    report = shardstream.verify_dataset(args.path, decode_samples=not args.quick, progress=progress,
+                                        storage_options=_storage_options(args.storage_option), cache=args.cache)
     for p in report.problems:
         print(f"DAMAGED shard {p.shard} ({p.basename}): {p.error}")
-    status = "OK" if report.ok else f"{len(report.problems)} damaged shard(s)"
-    print(f"{status}: {report.shards} shards, {report.samples} samples, {format_bytes(report.bytes)}, "
-          f"{report.hashes_checked} digests checked")
-    return 0 if report.ok else 1
+    summary = (f"{report.shards} shards, {report.samples} samples, {format_bytes(report.bytes)}, "
+               f"{report.hashes_checked} digests checked")
+    if not report.ok:
+        print(f"{len(report.problems)} damaged shard(s): {summary}")
+        return 1
+    summary += f", {report.samples_decoded} samples decoded"
+    if report.verified:
+        print(f"OK: {summary}")
+        return 0
+    decoded = ("samples not decoded (--quick)" if args.quick
+               else f"the structure of all {report.samples_decoded} samples checked, no problems")
+    print(f"NOT VERIFIED: {report.unhashed_shards} of {report.shards} shards record no digest, so damage to "
+          f"their values cannot be detected; {decoded}. {summary}. Write the dataset with "
+          "hashes=['xxh3_64'] (MDSWriter's default) to make damage detectable")
+    return 3
+
+
+def _add_location(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="the dataset: a directory holding index.json, or any URL shardstream reads "
+                                "(s3://, gs://, az://, https://, hf://, file://)")
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to the fsspec backend (repeatable); VALUE is parsed as JSON when it is, "
+                        "e.g. anon=true")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="shardstream", description="Inspect and verify MDS datasets.")
+    parser = argparse.ArgumentParser(prog="shardstream", description="Inspect and verify MDS datasets.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardstream {shardstream.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="shards, samples, columns, bytes, compression")
-    p.add_argument("path", help="dataset directory (holding index.json)")
+    p = sub.add_parser("inspect", help="shards, samples, columns, bytes, compression (reads index.json only)")
+    _add_location(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_inspect)
-    p = sub.add_parser("verify", help="check structure and digests; exit 1 if anything is damaged")
-    p.add_argument("path", help="dataset directory (holding index.json)")
+    p = sub.add_parser("verify", help="check sizes, digests, headers and every sample (exit status below)",
+                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_location(p)
     p.add_argument("--quick", action="store_true", help="check files and digests but do not decode samples")
+    p.add_argument("--cache", metavar="DIR", help="keep a remote dataset's downloaded shards in DIR "
+                                                  "(default: a temporary directory, removed afterwards)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     p.set_defaults(func=_verify)
     args = parser.parse_args(argv)

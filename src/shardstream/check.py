@@ -1,0 +1,77 @@
+"""``inspect_dataset`` and ``verify_dataset`` for a local directory or any URL the library reads.
+
+A remote dataset is inspected from its ``index.json`` alone. Verifying one downloads each
+shard as it is (no size or digest check on the way, so damage is reported rather than
+refused), checks it and deletes it again, unless ``cache=`` names a directory to keep
+the downloads in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional
+
+from .errors import DownloadError, IndexNotFoundError
+from .format.index import INDEX_BASENAME, ShardInfo, read_index, shard_path
+from .format.inspect import inspect_dataset as _inspect_local
+from .format.verify import VerifyReport, verify_shards
+from .storage.fetch import Fetcher
+from .storage.fs import is_remote, local_path
+
+
+def _fetch_index(fetcher: Fetcher, dirname: str) -> list[ShardInfo]:
+    try:
+        fetcher.fetch(INDEX_BASENAME, os.path.join(dirname, INDEX_BASENAME))
+    except DownloadError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise IndexNotFoundError(
+                f"no {INDEX_BASENAME} at {fetcher.url(INDEX_BASENAME)}; is this the dataset directory?"
+            ) from None
+        raise
+    return read_index(dirname)
+
+
+def inspect_dataset(path: str, storage_options: Optional[dict] = None) -> dict:
+    """Shards, samples, bytes, columns, compression and digests of the dataset at ``path``
+    (a directory or any fsspec URL); only ``index.json`` is read."""
+    if not is_remote(path):
+        return _inspect_local(local_path(path)) | {"path": path}
+    with tempfile.TemporaryDirectory(prefix="shardstream-inspect-") as tmp:
+        _fetch_index(Fetcher(path, storage_options), tmp)
+        return _inspect_local(tmp) | {"path": path}
+
+
+def verify_dataset(path: str, decode_samples: bool = True, progress: Optional[Callable[[int, int], None]] = None,
+                   storage_options: Optional[dict] = None, cache: Optional[str] = None) -> VerifyReport:
+    """Check every shard of the dataset at ``path`` (a directory or any fsspec URL): sizes,
+    recorded digests, headers and, unless ``decode_samples=False``, every sample.
+
+    Problems are collected in the report, not raised; a missing or unreadable index is raised.
+    A remote dataset's shards are downloaded one at a time into a temporary directory and
+    deleted after their check, or kept in ``cache`` when given."""
+    if not is_remote(path):
+        dirname = local_path(path)
+        return verify_shards(dirname, read_index(dirname), decode_samples, progress)
+    fetcher = Fetcher(path, storage_options)
+    dirname = os.path.abspath(os.path.expanduser(cache)) if cache else tempfile.mkdtemp(prefix="shardstream-verify-")
+    try:
+        os.makedirs(dirname, exist_ok=True)
+        shards = _fetch_index(fetcher, dirname)
+
+        def fetch(info: ShardInfo) -> None:  # always the remote's bytes, also over a copy kept in cache
+            fetcher.fetch(info.stored.basename, shard_path(dirname, info.stored.basename))
+
+        def release(info: ShardInfo) -> None:
+            if not cache:
+                for name in {info.stored.basename, info.raw_data.basename}:
+                    try:
+                        os.unlink(shard_path(dirname, name))
+                    except FileNotFoundError:
+                        pass
+
+        return verify_shards(dirname, shards, decode_samples, progress, fetch, release)
+    finally:
+        if not cache:
+            shutil.rmtree(dirname, ignore_errors=True)
