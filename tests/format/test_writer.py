@@ -337,6 +337,15 @@ def test_exist_ok_replaces_a_dataset_and_an_interrupted_writers_files(tmp_path, 
     assert [s["b"] for s in StreamingDataset(local=str(out))] == ["x", "y"]
 
 
+def test_exist_ok_replaces_a_streamed_datasets_cache(tmp_path, make_dataset):
+    src = make_dataset(tmp_path, {"a": "int"}, [{"a": i} for i in range(300)], size_limit=256, compression="zstd")
+    cache = tmp_path / "cache"
+    assert len(list(StreamingDataset(remote="file://" + src, local=str(cache)))) == 300
+    assert os.path.isdir(cache / ".shardstream")
+    make_dataset(tmp_path, {"b": "str"}, [{"b": "x"}], subdir="cache", exist_ok=True)
+    assert sorted(os.listdir(cache)) == ["index.json", "shard.00000.mds"]
+
+
 def test_exist_ok_replaces_a_merged_dataset(tmp_path, make_dataset):
     out = tmp_path / "ds"
     for part in ("p0", "p1"):

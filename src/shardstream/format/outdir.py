@@ -1,9 +1,11 @@
 """What an output directory holds that belongs to an MDS dataset, and clearing only that.
 
 A writer given ``exist_ok=True`` replaces a dataset: its ``index.json``, the shard files
-that index lists (and the ``index.json`` of each sub-dataset a merged index lists shards of), shard files of a writer that was killed before writing its index
-(``shard.NNNNN.mds[.ext]``) and hidden temp files (``.tmp-*``). Anything else in the
-directory is someone's data: the writer refuses, naming it, and deletes nothing.
+that index lists (and the ``index.json`` of each sub-dataset a merged index lists shards
+of), shard files of a writer killed before writing its index (``shard.NNNNN.mds[.ext]``),
+hidden temp files (``.tmp-*``) and the shard cache's records (``.shardstream/``) when the
+directory was a stream's ``local``. Anything else in the directory is someone's data: the
+writer refuses, naming it, and deletes nothing.
 The same rule applies to a local directory and to a remote listing.
 """
 
@@ -19,6 +21,7 @@ from .atomic import TMP_PREFIX
 from .index import INDEX_BASENAME
 
 SHARD_NAME = re.compile(r"shard\.\d{5}\.mds(\.[A-Za-z0-9]+)?")
+CACHE_META = ".shardstream/"  # the shard cache's locks and records, when the directory was a stream's local
 _SHOWN = 10
 
 
@@ -49,7 +52,7 @@ def split_dataset_files(names: Iterable[str], index_text: Optional[bytes]) -> tu
         sub_index = head in parts and tail == INDEX_BASENAME
         if name == INDEX_BASENAME:
             ours.insert(0, name)
-        elif name in listed or interrupted or sub_index:
+        elif name in listed or interrupted or sub_index or name.startswith(CACHE_META):
             ours.append(name)
         else:
             others.append(name)
