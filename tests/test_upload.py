@@ -11,7 +11,7 @@ import fsspec
 import numpy as np
 import pytest
 
-from shardstream import MDSWriter, StreamingDataset, UploadError, WriterError
+from shardstream import InvalidArgumentError, MDSWriter, OutputWriteError, StreamingDataset, UploadError, WriterError
 
 
 @pytest.fixture
@@ -147,3 +147,25 @@ def test_failing_upload_from_finish(tmp_path, private_tmp):
 
 def test_upload_error_is_an_os_error():
     assert issubclass(UploadError, OSError) and issubclass(UploadError, WriterError)
+
+
+def test_unwritable_cache_root_names_the_way_out(tmp_path, monkeypatch):
+    blocker = tmp_path / "afile"
+    blocker.write_text("a regular file where the cache root should be")
+    monkeypatch.setenv("SHARDSTREAM_CACHE_DIR", str(blocker))
+    with pytest.raises(OutputWriteError) as info:
+        MDSWriter(out=f"memory://shardstream-test-{uuid.uuid4().hex}", columns=COLUMNS)
+    assert "SHARDSTREAM_CACHE_DIR" in str(info.value) and "out=(local_dir, remote_url)" in str(info.value)
+
+
+def test_bad_arguments_for_a_remote_out_touch_nothing_and_release_the_staging(tmp_path, private_tmp):
+    root = f"/shardstream-test-{uuid.uuid4().hex}"
+    write("memory://" + root, samples(5))
+    fs = fsspec.filesystem("memory")
+    before = sorted(fs.ls(root, detail=False))
+    with pytest.raises(InvalidArgumentError):
+        MDSWriter(out="memory://" + root, columns=COLUMNS, exist_ok=True, size_limit=-1)
+    assert sorted(fs.ls(root, detail=False)) == before  # the remote dataset was not replaced
+    write("memory://" + root, samples(3), exist_ok=True)  # nor the staging left locked
+    assert staging_dirs(tmp_path) == []
+    fs.rm(root, recursive=True)

@@ -87,7 +87,10 @@ class MDSWriter(ShardWriter):
             if self._uploader is not None:  # only once the arguments are known to be good
                 self._uploader.prepare(exist_ok)
         except BaseException:
-            self._release()
+            if getattr(self, "_pool", None) is not None:  # the shard writer started
+                self._abort()
+            else:
+                self._release()
             raise
 
     def _on_file(self, path: str, basename: str) -> None:

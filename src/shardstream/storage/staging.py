@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..errors import WriterError
-from .fs import cache_root, default_local
+from ..errors import OutputWriteError, WriterError
+from .fs import CACHE_ENV, cache_root, default_local
 from .locks import FileLock
 
 
@@ -28,7 +28,13 @@ class Staging:
 
     def __init__(self, remote: str) -> None:
         self.path = staging_dir(remote)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        except OSError as exc:
+            raise OutputWriteError(
+                f"cannot create {os.path.dirname(self.path)!r} to stage the files for {remote!r} ({exc}); set "
+                f"{CACHE_ENV} to a writable directory, or pass out=(local_dir, remote_url)"
+            ) from exc
         self._lock = FileLock(self.path + ".lock")  # beside the directory, so it survives its removal
         if not self._lock.try_acquire(exclusive=True):
             self._lock.release()
