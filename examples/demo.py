@@ -251,6 +251,8 @@ def train_and_resume(out: str, workdir: str, save_at: int = 40, steps: int = 80)
     import signal
 
     checkpoint = os.path.join(workdir, "checkpoint.npz")
+    # The job shares this process's multiprocessing resource tracker; a SIGKILL leaves registered
+    # what it created there. Its loader decodes in a thread and creates nothing there.
     job = multiprocessing.get_context("spawn").Process(target=_crashing_job, args=(out, checkpoint, save_at))
     start = time.perf_counter()
     job.start()
