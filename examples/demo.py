@@ -1,6 +1,7 @@
 """End-to-end demo: generate a dataset, write MDS shards, stream it back into a
 small training loop, and report throughput. Runs on a local directory and a loopback
-S3 server it starts itself; no cloud account or download is needed.
+S3 server it starts itself; no cloud account or download is needed. Training is plain numpy;
+the S3 part needs s3fs and moto (``pip install -e '.[demo]'``, which ``make demo`` does).
 
     python examples/demo.py [--samples 100000] [--dir demo-data]
 """
@@ -8,6 +9,7 @@ S3 server it starts itself; no cloud account or download is needed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import time
@@ -15,7 +17,7 @@ import time
 import numpy as np
 
 import shardstream
-from shardstream import MDSWriter, Stream, StreamingDataset, WeightSchedule
+from shardstream import BatchLoader, MDSWriter, Stream, StreamingDataset, WeightSchedule
 from shardstream.plan import Plan, PlanSpec, World
 from shardstream.testing import read_world, sample_key
 
@@ -47,28 +49,37 @@ def write(out: str, n: int) -> float:
     return time.perf_counter() - start
 
 
+def sgd_step(weights: np.ndarray, tokens, labels: np.ndarray, lr: float = 20.0) -> float:
+    """One plain numpy SGD step of a bag-of-tokens softmax classifier on a column batch (``weights``
+    is updated in place); returns the batch's loss."""
+    # Features: normalised token counts per row (from the ragged token column).
+    rows = np.repeat(np.arange(len(labels)), tokens.lengths)
+    counts = np.bincount(rows * VOCAB + tokens.values, minlength=len(labels) * VOCAB)
+    feats = counts.reshape(len(labels), VOCAB).astype(np.float32) / tokens.lengths[:, None]
+    logits = feats @ weights
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    loss = float(-np.log(probs[np.arange(len(labels)), labels] + 1e-9).mean())
+    probs[np.arange(len(labels)), labels] -= 1
+    weights -= lr * feats.T @ probs / len(labels)
+    return loss
+
+
+def init_weights() -> np.ndarray:
+    return np.random.default_rng(1).normal(0, 0.01, (VOCAB, 4)).astype(np.float32)
+
+
 def train(ds: StreamingDataset, batch_size: int = 256, steps: int = 400) -> tuple[int, float, float]:
-    """A bag-of-tokens softmax classifier trained with plain numpy SGD on column batches."""
-    rng = np.random.default_rng(1)
-    weights = rng.normal(0, 0.01, (VOCAB, 4)).astype(np.float32)
+    """The classifier trained on column batches."""
+    weights = init_weights()
     seen, loss = 0, float("nan")
     start = time.perf_counter()
     for step, batch in enumerate(ds.batches(batch_size, columns=["tokens", "label"])):
         if step == steps:
             break
-        tokens, labels = batch["tokens"], batch["label"]
-        # Features: normalised token counts per row (from the ragged token column).
-        rows = np.repeat(np.arange(len(labels)), tokens.lengths)
-        counts = np.bincount(rows * VOCAB + tokens.values, minlength=len(labels) * VOCAB)
-        feats = counts.reshape(len(labels), VOCAB).astype(np.float32) / tokens.lengths[:, None]
-        logits = feats @ weights
-        logits -= logits.max(axis=1, keepdims=True)
-        probs = np.exp(logits)
-        probs /= probs.sum(axis=1, keepdims=True)
-        loss = float(-np.log(probs[np.arange(len(labels)), labels] + 1e-9).mean())
-        probs[np.arange(len(labels)), labels] -= 1
-        weights -= 20.0 * feats.T @ probs / len(labels)
-        seen += len(labels)
+        loss = sgd_step(weights, batch["tokens"], batch["label"])
+        seen += len(batch["label"])
         if step % 100 == 0:
             print(f"  step {step:4d}  loss {loss:.4f}")
     return seen, time.perf_counter() - start, loss
@@ -146,81 +157,77 @@ def plan_at_scale() -> None:
           f"({len(np.unique(ids))} distinct samples)")
 
 
-def stream_from_s3(src: str, cache: str) -> None:
-    """Upload the dataset to a loopback S3 server (moto), then stream it back through a capped cache."""
+def stream_from_s3(src: str, workdir: str) -> None:
+    """Upload the dataset to a loopback S3 server (moto), then stream it back: a cold pass that
+    downloads every shard, a warm pass that reads them from the cache, and a pass through a cache
+    capped at about half the dataset."""
     try:
         from shardstream.testing.servers import S3Server
 
         server = S3Server().start()
-    except Exception as exc:  # moto is a test dependency
+    except Exception as exc:  # moto comes with the demo's environment (pip install -e '.[demo]')
         print(f"  skipped: {exc}")
         return
     with server as s3:
         bucket = s3.make_bucket("shardstream-demo")
         s3.upload_dir(src, f"{bucket}/train")
-        stored = shardstream.inspect_dataset(src)["stored_bytes"]
-        limit = stored // 2
-        # With a real bucket, only these two arguments change:
-        #   remote="s3://your-bucket/train", storage_options={}  (your usual AWS credentials)
-        ds = StreamingDataset(remote=f"{bucket}/train", local=cache, storage_options=s3.storage_options,
-                              batch_size=64, cache_limit=limit)
+        info = shardstream.inspect_dataset(src)
+
+        def open_remote(cache: str, limit=None) -> StreamingDataset:
+            # With a real bucket, only these two arguments change:
+            #   remote="s3://your-bucket/train", storage_options={}  (your usual AWS credentials)
+            return StreamingDataset(remote=f"{bucket}/train", local=os.path.join(workdir, cache),
+                                    storage_options=s3.storage_options, batch_size=64, cache_limit=limit)
+
+        ds = open_remote("cache")
         for label in ("cold cache", "warm cache"):
-            start = time.perf_counter()
-            samples = iter(ds)
-            next(samples)
-            first = time.perf_counter() - start
-            count = 1 + sum(1 for _ in samples)
-            took = time.perf_counter() - start
-            print(f"  {label}: first sample after {first * 1e3:.0f} ms, {count / took:,.0f} samples/s; "
-                  f"cache {ds.cache_usage / 1e6:.1f} MB (limit {limit / 1e6:.1f} MB)")
-        fetched = ds._cache.fetcher
-        print(f"  downloaded {fetched.files} files, {fetched.bytes / 1e6:.1f} MB, for {len(ds.shards)} shards "
-              f"({stored / 1e6:.1f} MB stored); least recently used shards were evicted to stay under the limit")
+            timed_pass(ds, label)
+        print(f"  ({info['stored_bytes'] / 1e6:.1f} MB stored on S3; the cache keeps shards decompressed, "
+              f"{info['raw_bytes'] / 1e6:.1f} MB)")
+        limit = max(info["raw_bytes"] // 2, 3 * info["size_limit"])  # room for the shard in use and the next
+        timed_pass(open_remote("cache-capped", limit), f"cache capped at {limit / 1e6:.1f} MB")
+        print("  the capped cache evicts the least recently used shards to stay under its limit: each pass in "
+              "this order finds the shards it needs evicted and downloads them again")
 
 
-def torch_job(out: str, checkpoint: str, workers: int, steps: int, resume: bool = False, save_at: int = -1):
-    """Train a tiny PyTorch model on batches from a StreamingDataLoader; return the loss and a
-    fingerprint of every batch. With ``save_at``, write a checkpoint (model, optimiser and loader
-    state) after that many steps; with ``resume``, start from the checkpoint."""
-    import torch
+def timed_pass(ds: StreamingDataset, label: str) -> None:
+    """One pass over ``ds``: time to the first sample, throughput, and what it downloaded."""
+    fetched = ds._cache.fetcher
+    files, size = fetched.files, fetched.bytes
+    start = time.perf_counter()
+    samples = iter(ds)
+    next(samples)
+    first = time.perf_counter() - start
+    count = 1 + sum(1 for _ in samples)
+    took = time.perf_counter() - start
+    print(f"  {label}: first sample after {first * 1e3:.0f} ms, {count / took:,.0f} samples/s; downloaded "
+          f"{fetched.files - files} files, {(fetched.bytes - size) / 1e6:.1f} MB; cache {ds.cache_usage / 1e6:.1f} MB")
 
-    from shardstream import StreamingDataLoader
 
-    torch.manual_seed(0)
+def numpy_job(out: str, checkpoint: str, steps: int, resume: bool = False, save_at: int = -1):
+    """Train the classifier on batches from a BatchLoader; return the loss and a fingerprint of
+    every batch. With ``save_at``, write a checkpoint (weights and loader state) after that many
+    steps; with ``resume``, start from the checkpoint."""
     ds = StreamingDataset(local=out, shuffle=True, shuffle_seed=7, batch_size=64)
-    # batch_decode: workers decode each step at once; the variable-length token column arrives
-    # as a Ragged of tensors (flat values + offsets), which is what EmbeddingBag takes
-    loader = StreamingDataLoader(ds, batch_size=64, num_workers=workers, batch_decode=True,
-                                 columns=["tokens", "label"])
-    model = torch.nn.Sequential()
-    model.add_module("embed", torch.nn.EmbeddingBag(VOCAB, 32, mode="mean"))
-    model.add_module("head", torch.nn.Linear(32, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=2.0)
-    done = 0
+    loader = BatchLoader(ds, columns=["tokens", "label"])  # decodes ahead in a thread
+    weights, done = init_weights(), 0
     if resume:
-        saved = torch.load(checkpoint)
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optimizer"])
-        loader.load_state_dict(saved["loader"])
-        done = saved["step"]
+        with np.load(checkpoint) as saved:
+            weights, done = saved["weights"], int(saved["step"])
+            loader.load_state_dict(json.loads(str(saved["loader"])))  # the state is plain JSON
     seen, loss = [], float("nan")
     for batch in loader:
         tokens, labels = batch["tokens"], batch["label"]
-        logits = model.head(model.embed(tokens.values.long(), tokens.offsets[:-1]))
-        loss_t = torch.nn.functional.cross_entropy(logits, labels)
-        opt.zero_grad()
-        loss_t.backward()
-        opt.step()
-        loss = loss_t.item()
-        seen.append(_fingerprint(tokens.values.numpy(), labels.numpy()))
+        loss = sgd_step(weights, tokens, labels)
+        seen.append(_fingerprint(tokens.values, labels))
         done += 1
         if done == save_at:
-            tmp = checkpoint + ".tmp"
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "loader": loader.state_dict(), "step": done}, tmp)
+            tmp = checkpoint + ".tmp.npz"
+            np.savez(tmp, weights=weights, step=done, loader=json.dumps(loader.state_dict()))
             os.replace(tmp, checkpoint)  # a crash never leaves a half-written checkpoint
         if done == steps:
             break
+    loader.close()
     return loss, seen
 
 
@@ -234,23 +241,19 @@ def _fingerprint(*arrays) -> str:
 
 
 def _crashing_job(out: str, checkpoint: str, save_at: int) -> None:
-    torch_job(out, checkpoint, workers=1, steps=10**9, save_at=save_at)
+    numpy_job(out, checkpoint, steps=10**9, save_at=save_at)
 
 
-def train_torch_and_resume(out: str, workdir: str, save_at: int = 40, steps: int = 80) -> None:
-    """Train with 1 DataLoader worker, checkpoint, get killed with SIGKILL, resume with 2 workers;
-    the batches after the resume must be exactly those of an uninterrupted run."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("  skipped: PyTorch is not installed (pip install 'shardstream[torch]')")
-        return
+def train_and_resume(out: str, workdir: str, save_at: int = 40, steps: int = 80) -> None:
+    """Train in a job of its own, checkpoint, get killed with SIGKILL, resume in a new job; the
+    batches after the resume must be exactly those of an uninterrupted run."""
     import multiprocessing
     import signal
 
-    checkpoint = os.path.join(workdir, "checkpoint.pt")
-    ctx = multiprocessing.get_context("spawn")
-    job = ctx.Process(target=_crashing_job, args=(out, checkpoint, save_at))
+    checkpoint = os.path.join(workdir, "checkpoint.npz")
+    # The job shares this process's multiprocessing resource tracker; a SIGKILL leaves registered
+    # what it created there. Its loader decodes in a thread and creates nothing there.
+    job = multiprocessing.get_context("spawn").Process(target=_crashing_job, args=(out, checkpoint, save_at))
     start = time.perf_counter()
     job.start()
     while not os.path.exists(checkpoint):
@@ -260,11 +263,11 @@ def train_torch_and_resume(out: str, workdir: str, save_at: int = 40, steps: int
     time.sleep(0.5)  # it goes on training past the checkpoint ...
     os.kill(job.pid, signal.SIGKILL)  # ... until it is killed, mid-epoch, with no chance to clean up
     job.join()
-    print(f"  job 1 (1 worker) saved a checkpoint at step {save_at} and was killed with SIGKILL "
+    print(f"  job 1 saved a checkpoint at step {save_at} and was killed with SIGKILL "
           f"({time.perf_counter() - start:.1f}s)")
     start = time.perf_counter()
-    loss, resumed = torch_job(out, checkpoint, workers=2, steps=steps, resume=True)
-    print(f"  job 2 (2 workers) resumed from the checkpoint and trained to step {steps} in "
+    loss, resumed = numpy_job(out, checkpoint, steps=steps, resume=True)
+    print(f"  job 2 resumed from the checkpoint and trained to step {steps} in "
           f"{time.perf_counter() - start:.1f}s; loss {loss:.3f}")
     ds = StreamingDataset(local=out, shuffle=True, shuffle_seed=7, batch_size=64)
     reference = [_fingerprint(b["tokens"].values, b["label"])
@@ -293,8 +296,8 @@ def main() -> None:
     status = "OK" if report.verified else "NOT VERIFIED (no digests)" if report.ok else report.problems
     print(f"  verify: {status}, {report.hashes_checked} digests checked")
 
-    print("streaming from a loopback S3 server through a shared cache capped at half the dataset:")
-    stream_from_s3(out, os.path.join(args.dir, "cache"))
+    print("streaming from a loopback S3 server through a shard cache:")
+    stream_from_s3(out, args.dir)
 
     ds = StreamingDataset(local=out, batch_size=256)
     print(f"dataset: {len(ds)} samples; ds[0]['text'] = {ds[0]['text']!r}; ds[-1]['label'] = {ds[-1]['label']}")
@@ -318,8 +321,8 @@ def main() -> None:
     print("mixing two streams with a weight schedule:")
     mix_streams(out, args.dir)
 
-    print("PyTorch: train, checkpoint, crash, resume on another number of workers:")
-    train_torch_and_resume(out, args.dir)
+    print("numpy training from a BatchLoader: train, checkpoint, crash, resume:")
+    train_and_resume(out, args.dir)
 
     print("training a small classifier on column batches:")
     seen, took, loss = train(ds)
