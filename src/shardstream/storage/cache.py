@@ -22,7 +22,8 @@ counted at their full size), then the least recently used shards that nobody pin
 are evicted. A download that may wait (prefetch) is skipped when no room can be
 made; one that may not (the shard the training loop needs now) goes ahead, so the
 cache exceeds the limit by at most one shard per process, and only when everything
-else is in use. Shards of a dataset with no remote are never evicted.
+else is in use. Shards of a dataset with no remote are never evicted, and nothing is
+deleted from a directory without the marker that makes it a cache (see :mod:`.claim`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .fetch import Fetcher, _unlink
 from .locks import FileLock, LockTimeout
 
 META = ".shardstream"
+MARKER = "cache.json"  # names the remote a cache directory caches (see claim.py)
 _OVER = "over"  # a pin whose download went beyond the limit
 FAST_HASHES = ("xxh3_64", "xxh64", "xxh128", "xxh3_128", "xxh32")
 
@@ -289,6 +291,11 @@ class ShardCache:
             ) from exc
         return True
 
+    @property
+    def is_cache(self) -> bool:
+        """Whether the directory is a remote's cache (its shards were downloaded there, and may be deleted)."""
+        return os.path.exists(os.path.join(self.meta, MARKER))
+
     def _materialise(self, i: int, reservation: Optional[str] = None) -> None:
         """Download (and decompress) shard ``i``; called with its exclusive lock held. A file whose
         header does not match the index (damaged in transit, no digest to catch it) is fetched once more."""
@@ -405,7 +412,10 @@ class ShardCache:
         return self.evictable and self._try_evict_local(j)
 
     def _try_evict_local(self, j: int) -> bool:
-        """Delete shard ``j``'s files if no process holds it (also for stale copies of a changed dataset)."""
+        """Delete shard ``j``'s files if no process holds it (also for stale copies of a changed dataset),
+        and only from a cache directory: a file the cache did not download is never deleted."""
+        if not self.is_cache:
+            return False
         lock = self._lock(j)
         try:
             if not lock.try_acquire(True):
