@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from typing import Optional
 
 from ..errors import CacheLimitError, CorruptShardError, DownloadError, HashMismatchError, InvalidArgumentError
@@ -38,6 +37,7 @@ from ..format.atomic import TMP_PREFIX, temp_name
 from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
 from ..format.reader import ShardReader, open_shard
 from .fetch import Fetcher, _unlink
+from .held import HeldShards
 from .locks import FileLock, LockTimeout
 
 META = ".shardstream"
@@ -83,8 +83,7 @@ class ShardCache:
             self._names[s.raw_data.basename] = i
             if s.zip_data is not None:
                 self._names[s.zip_data.basename] = i
-        self._held: OrderedDict[int, None] = OrderedDict()  # random-access pins kept for reuse
-        self._held_mutex = threading.Lock()
+        self._held = HeldShards(self)  # random-access pins kept for reuse
         if limit is not None:
             self.check_limit(limit)
 
@@ -92,14 +91,12 @@ class ShardCache:
         state = self.__dict__.copy()
         state["_slots"] = None
         state["_held"] = None
-        state["_held_mutex"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._slots = {}
-        self._held = OrderedDict()
-        self._held_mutex = threading.Lock()
+        self._held = HeldShards(self)
 
     # -- sizes ---------------------------------------------------------------------------
     def footprint(self, i: int) -> int:
@@ -215,40 +212,27 @@ class ShardCache:
         return r
 
     def hold(self, i: int, keep: int) -> ShardReader:
-        """Pin shard ``i`` for random access and keep the ``keep`` most recent such pins."""
-        with self._held_mutex:
-            if i in self._held:
-                self._held.move_to_end(i)
-                return self.reader(i)
-        self.pin(i)
-        with self._held_mutex:
-            if i in self._held:
-                self.unpin(i)  # another thread held it meanwhile
-            self._held[i] = None
-            while len(self._held) > keep:
-                old, _ = self._held.popitem(last=False)
-                self.unpin(old)
-        return self.reader(i)
+        """Pin shard ``i`` for random access, keeping recent such pins within the limit (see :mod:`.held`)."""
+        return self._held.hold(i, keep)
 
     def release_held(self) -> None:
-        with self._held_mutex:
-            held, self._held = list(self._held), OrderedDict()
-        for i in held:
-            self.unpin(i)
+        self._held.release()
 
     def _acquire(self, i: int, lock: FileLock, must: bool, blocking: bool):
         """Take the shared lock on a present shard, downloading it first if needed.
 
         Returns False (gave up), True, or ``_OVER`` (downloaded beyond the limit)."""
         room, fetched = True, False
+        if not must and self.limit is not None and self.present(i) and not self._fits():
+            # Over the limit: a prefetch leaves present shards evictable rather than hold more (decided before
+            # taking the lock, so that passing by never keeps an evictor from this shard).
+            return False
         for _ in range(100):
             if not self._wait(lock, False, blocking, i):
                 return False
             if self.present(i):
-                if not fetched and self.limit is not None and not self._fits():
-                    # Over the limit: a prefetch leaves present shards evictable rather than hold more;
-                    # the loop holds this one as over the limit, so it is evicted when the loop leaves it.
-                    return _OVER if must else False
+                if must and not fetched and self.limit is not None and not self._fits():
+                    return _OVER  # held as over the limit, so it is evicted when the loop leaves it
                 return room
             if self.fetcher is None and self.shards[i].zip_data is None:
                 return True  # the reader reports the missing file with its path
