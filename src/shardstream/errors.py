@@ -105,3 +105,8 @@ class DownloadError(ShardstreamError, OSError):
 
 class CacheLimitError(InvalidArgumentError):
     """``cache_limit`` is too small for the shards it must hold; the message gives the minimum."""
+
+
+class CacheDirectoryError(ShardstreamError, FileExistsError):
+    """``local=`` already holds something other than the cache of this ``remote`` (another dataset,
+    or another remote's cache); the message names both and the fix."""

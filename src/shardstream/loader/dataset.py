@@ -38,7 +38,7 @@ from .world import detect_world, rank_world
 from ..integrations.torchenv import die_with_parent, register_iterable
 
 
-_HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access
+_HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access (fewer if cache_limit needs)
 
 
 class StreamingDataset(PassReading):

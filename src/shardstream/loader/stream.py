@@ -29,6 +29,7 @@ from ..format.hashing import check_hash
 from ..format.index import read_index
 from ..plan.mix import SCHEDULE_KINDS, Schedule
 from ..storage.cache import ShardCache
+from ..storage.claim import within
 from ..storage.fetch import Fetcher
 from ..storage.fs import default_local, is_remote, join, local_path
 from ..storage.index import local_index
@@ -210,11 +211,9 @@ def open_source(remote: Optional[str], local: Optional[str], knobs: dict, storag
     """Locate one dataset and read its index (fetching it once per machine for a remote)."""
     if knobs["validate_hash"]:
         check_hash(knobs["validate_hash"])
-    remote, local = locations(remote, local)
-    split = knobs["split"]
-    dirname = os.path.join(local, split) if split else local
+    remote, local, dirname = locate(remote, local, knobs["split"])
     if remote is not None:
-        fetcher = Fetcher(join(remote, split), storage_options, knobs["download_retry"], knobs["download_timeout"])
+        fetcher = Fetcher(join(remote, knobs["split"]), storage_options, knobs["download_retry"], knobs["download_timeout"])
         shards = local_index(dirname, fetcher)
     else:
         fetcher, shards = None, read_index(dirname)
@@ -222,17 +221,24 @@ def open_source(remote: Optional[str], local: Optional[str], knobs: dict, storag
 
 
 def open_sources(streams: list[Stream], defaults: dict, storage_options: Optional[dict]) -> list[StreamSource]:
-    """Every stream opened with its knobs (each defaulting to the dataset's)."""
-    sources: list[StreamSource] = []
+    """Every stream opened with its knobs (each defaulting to the dataset's); two streams from
+    different places that would share a directory are refused before anything is opened."""
+    places: list[tuple[Optional[str], str]] = []
     for st in streams:
-        src = open_source(st.remote, st.local, st.knobs(defaults), storage_options, st)
-        for other in sources:
-            if other.dirname == src.dirname and other.remote != src.remote:
+        remote, _, dirname = locate(st.remote, st.local, st.knobs(defaults)["split"])
+        for other_remote, other_dirname in places:
+            if other_dirname == dirname and other_remote != remote:
                 raise InvalidArgumentError(
-                    f"two streams keep their shards in {src.dirname!r} but come from different places "
-                    f"({other.remote or 'local'} and {src.remote or 'local'}); give each its own local directory")
-        sources.append(src)
-    return sources
+                    f"two streams keep their shards in {dirname!r} but come from different places "
+                    f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
+        places.append((remote, dirname))
+    return [open_source(st.remote, st.local, st.knobs(defaults), storage_options, st) for st in streams]
+
+
+def locate(remote: Optional[str], local: Optional[str], split: Optional[str]) -> tuple[Optional[str], str, str]:
+    """(remote URL or None, local directory, the directory of ``split`` in it): see :func:`locations`."""
+    remote, local = locations(remote, local)
+    return remote, local, os.path.join(local, split) if split else local
 
 
 def source_cache(src: StreamSource, limit: Optional[int]) -> ShardCache:
@@ -264,15 +270,20 @@ def shard_set(sources: list[StreamSource], limit: Optional[int]) -> ShardSet:
 
 
 def locations(remote: Optional[str], local: Optional[str]) -> tuple[Optional[str], str]:
-    """(remote URL or None, local directory). A remote that is the local directory, or a plain
-    path / ``file://`` URL of it, means no remote; with no ``local`` a remote gets its own
+    """(remote URL or None, local directory). A remote that is a plain path / ``file://`` URL of the
+    local directory (by its real path, through links) or of a directory holding it means no remote:
+    the dataset is read in place from the remote's directory. With no ``local`` a remote gets its own
     directory under the cache root."""
     if remote is not None and not isinstance(remote, str):
         raise InvalidArgumentError(f"remote={remote!r} must be a URL string such as 's3://bucket/dataset'")
     if local is not None:
         local = os.path.expanduser(str(local))
-    if remote is None or (local is not None and os.path.abspath(local_path(remote)) == os.path.abspath(local)
-                          and not is_remote(remote)):
+        if remote is not None and not is_remote(remote) and within(local, local_path(remote)):
+            # local= is the remote's own directory (also through a link) or lies inside it: a cache there
+            # would delete the only copy, so the dataset is read in place
+            root = local_path(remote)
+            return None, local if within(root, local) else root
+    if remote is None:
         if local is None:
             raise InvalidArgumentError(
                 "local=... is required without remote=...: the directory that holds index.json and the shards"

@@ -22,26 +22,31 @@ counted at their full size), then the least recently used shards that nobody pin
 are evicted. A download that may wait (prefetch) is skipped when no room can be
 made; one that may not (the shard the training loop needs now) goes ahead, so the
 cache exceeds the limit by at most one shard per process, and only when everything
-else is in use. Shards of a dataset with no remote are never evicted.
+else is in use. Shards of a dataset with no remote are never evicted, and nothing is
+deleted from a directory without the marker that makes it a cache (see :mod:`.claim`).
+
+With ``validate_hash``, a shard already in the cache is checked against its digest the
+first time this process uses that file; one that fails is fetched again.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from typing import Optional
 
 from ..errors import CacheLimitError, CorruptShardError, DownloadError, HashMismatchError, InvalidArgumentError
 from ..format.atomic import TMP_PREFIX, temp_name
 from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
 from ..format.reader import ShardReader, open_shard
+from .digests import CheckedFiles, check_hashes, identity
 from .fetch import Fetcher, _unlink
+from .held import HeldShards
 from .locks import FileLock, LockTimeout
 
 META = ".shardstream"
+MARKER = "cache.json"  # names the remote a cache directory caches (see claim.py)
 _OVER = "over"  # a pin whose download went beyond the limit
-FAST_HASHES = ("xxh3_64", "xxh64", "xxh128", "xxh3_128", "xxh32")
 
 
 class _Slot:
@@ -81,8 +86,8 @@ class ShardCache:
             self._names[s.raw_data.basename] = i
             if s.zip_data is not None:
                 self._names[s.zip_data.basename] = i
-        self._held: OrderedDict[int, None] = OrderedDict()  # random-access pins kept for reuse
-        self._held_mutex = threading.Lock()
+        self._held = HeldShards(self)  # random-access pins kept for reuse
+        self._checked = CheckedFiles(validate_hash)  # shard files this process found intact
         if limit is not None:
             self.check_limit(limit)
 
@@ -90,14 +95,14 @@ class ShardCache:
         state = self.__dict__.copy()
         state["_slots"] = None
         state["_held"] = None
-        state["_held_mutex"] = None
+        state["_checked"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._slots = {}
-        self._held = OrderedDict()
-        self._held_mutex = threading.Lock()
+        self._held = HeldShards(self)
+        self._checked = CheckedFiles(self.validate_hash)
 
     # -- sizes ---------------------------------------------------------------------------
     def footprint(self, i: int) -> int:
@@ -213,42 +218,31 @@ class ShardCache:
         return r
 
     def hold(self, i: int, keep: int) -> ShardReader:
-        """Pin shard ``i`` for random access and keep the ``keep`` most recent such pins."""
-        with self._held_mutex:
-            if i in self._held:
-                self._held.move_to_end(i)
-                return self.reader(i)
-        self.pin(i)
-        with self._held_mutex:
-            if i in self._held:
-                self.unpin(i)  # another thread held it meanwhile
-            self._held[i] = None
-            while len(self._held) > keep:
-                old, _ = self._held.popitem(last=False)
-                self.unpin(old)
-        return self.reader(i)
+        """Pin shard ``i`` for random access, keeping recent such pins within the limit (see :mod:`.held`)."""
+        return self._held.hold(i, keep)
 
     def release_held(self) -> None:
-        with self._held_mutex:
-            held, self._held = list(self._held), OrderedDict()
-        for i in held:
-            self.unpin(i)
+        self._held.release()
 
     def _acquire(self, i: int, lock: FileLock, must: bool, blocking: bool):
         """Take the shared lock on a present shard, downloading it first if needed.
 
         Returns False (gave up), True, or ``_OVER`` (downloaded beyond the limit)."""
-        room, fetched = True, False
+        room, fetched, damaged = True, False, None
+        if not must and self.limit is not None and self.present(i) and not self._fits():
+            # Over the limit: a prefetch leaves present shards evictable rather than hold more (decided before
+            # taking the lock, so that passing by never keeps an evictor from this shard).
+            return False
         for _ in range(100):
             if not self._wait(lock, False, blocking, i):
                 return False
             if self.present(i):
-                if not fetched and self.limit is not None and not self._fits():
-                    # Over the limit: a prefetch leaves present shards evictable rather than hold more;
-                    # the loop holds this one as over the limit, so it is evicted when the loop leaves it.
-                    return _OVER if must else False
-                return room
-            if self.fetcher is None and self.shards[i].zip_data is None:
+                damaged = self._damaged(i, fetched)
+                if damaged is None:
+                    if must and not fetched and self.limit is not None and not self._fits():
+                        return _OVER  # held as over the limit, so it is evicted when the loop leaves it
+                    return room
+            elif self.fetcher is None and self.shards[i].zip_data is None:
                 return True  # the reader reports the missing file with its path
             # Never wait for the exclusive lock while others may hold the shard for a long time: first
             # queue on the shard's download lock (one downloader at a time), with no lock on the shard.
@@ -257,13 +251,14 @@ class ShardCache:
             try:
                 if not self._wait(downloading, True, blocking, i):
                     return False
-                if self.present(i):
-                    continue  # the previous downloader brought it
+                if self.present(i) and (damaged is None or identity(self.raw_path(i)) != damaged):
+                    continue  # the previous downloader brought it (or replaced the damaged file)
                 # only processes passing through (a present check, an eviction attempt) hold it now
                 if not self._wait(lock, True, blocking, i):
                     return False
-                if not self.present(i):
-                    self._clear(i, keep_files=True)
+                present = self.present(i)
+                if not present or identity(self.raw_path(i)) == damaged:
+                    self._clear(i, keep_files=not present)  # a damaged file goes, with its compressed one
                     reservation = None
                     if self.limit is not None:
                         room, reservation = self._make_room(i, must)
@@ -288,6 +283,27 @@ class ShardCache:
                 "process holds it (downloading, or evicting it)"
             ) from exc
         return True
+
+    def _damaged(self, i: int, fetched: bool) -> Optional[tuple]:
+        """The identity of shard ``i``'s file if it fails ``validate_hash`` and can be fetched again
+        (called under a lock on it, once per process and file); None if it is intact or unchecked."""
+        found = self._checked.mismatch(self.raw_path(i), self.shards[i].raw_data)
+        if found is None:
+            return None
+        ident, got, want = found
+        name = self.shards[i].raw_data.basename
+        if fetched or self.fetcher is None or not self.is_cache:
+            where = (f"even freshly downloaded from {self.fetcher.url(name)}; the remote copy is damaged or the "
+                     "index belongs to another version of the dataset" if fetched else
+                     f"and {self.dirname} holds its only copy; restore the file or rewrite the dataset")
+            raise HashMismatchError(f"shard {name!r}: {self.validate_hash} digest is {got}, the index says "
+                                    f"{want}, {where}")
+        return ident
+
+    @property
+    def is_cache(self) -> bool:
+        """Whether the directory is a remote's cache (its shards were downloaded there, and may be deleted)."""
+        return os.path.exists(os.path.join(self.meta, MARKER))
 
     def _materialise(self, i: int, reservation: Optional[str] = None) -> None:
         """Download (and decompress) shard ``i``; called with its exclusive lock held. A file whose
@@ -321,7 +337,7 @@ class ShardCache:
         if self.fetcher is None:
             return
         self.fetcher.fetch(info.basename, shard_path(self.dirname, info.basename), info.bytes,
-                           _check_hashes(info.hashes, self.validate_hash))
+                           check_hashes(info.hashes, self.validate_hash))
 
     def _reserve(self, i: int) -> str:
         """An empty temp file that makes every usage scan count shard ``i`` at its full footprint."""
@@ -405,7 +421,10 @@ class ShardCache:
         return self.evictable and self._try_evict_local(j)
 
     def _try_evict_local(self, j: int) -> bool:
-        """Delete shard ``j``'s files if no process holds it (also for stale copies of a changed dataset)."""
+        """Delete shard ``j``'s files if no process holds it (also for stale copies of a changed dataset),
+        and only from a cache directory: a file the cache did not download is never deleted."""
+        if not self.is_cache:
+            return False
         lock = self._lock(j)
         try:
             if not lock.try_acquire(True):
@@ -448,21 +467,6 @@ class ShardCache:
             if self._try_evict(j):
                 return j
         return None
-
-
-def _check_hashes(hashes: dict, validate_hash: Optional[str]) -> dict:
-    """The digest to verify a download with: ``validate_hash`` if set, else the fastest one recorded."""
-    if validate_hash:
-        if validate_hash not in hashes:
-            raise HashMismatchError(
-                f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest (it has "
-                f"{sorted(hashes) or 'none'}); choose one of those or rewrite with hashes=[{validate_hash!r}]"
-            )
-        return {validate_hash: hashes[validate_hash]}
-    for algo in FAST_HASHES:
-        if algo in hashes:
-            return {algo: hashes[algo]}
-    return {}
 
 
 def _has_size(path: str, size: int) -> bool:

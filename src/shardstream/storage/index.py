@@ -17,6 +17,7 @@ from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError
 from ..format.atomic import atomic_write
 from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index
 from .cache import META, ShardCache
+from .claim import RECORD, claim
 from .fetch import Fetcher
 from .locks import FileLock
 
@@ -40,12 +41,16 @@ def _signature(fetcher: Fetcher) -> Optional[dict]:
 
 
 def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[ShardInfo]:
-    """The shards of the remote dataset behind ``fetcher``, with ``index.json`` cached in ``dirname``."""
+    """The shards of the remote dataset behind ``fetcher``, with ``index.json`` cached in ``dirname``
+    (which must be empty, new, or already this remote's cache: see :mod:`.claim`)."""
     path = os.path.join(dirname, INDEX_BASENAME)
-    record = os.path.join(dirname, META, "index.source.json")
+    record = os.path.join(dirname, META, RECORD)
     sig = _signature(fetcher)
+    adopted = claim(dirname, fetcher)  # before anything is written into dirname
     with FileLock(os.path.join(dirname, META, "index.lock")) as lock:
         lock.acquire(True, wait)
+        if adopted and sig is not None:  # its index.json is the remote's current one: keep its shards
+            atomic_write(record, json.dumps(sig).encode(), fsync=False)
         cached = os.path.exists(path)
         if cached and (sig is None or _read_json(record) == sig):
             return read_index(dirname)
