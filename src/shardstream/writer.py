@@ -78,14 +78,17 @@ class MDSWriter(ShardWriter):
             self._staging = Staging(remote)  # a killed writer's leftovers there are removed
             local = self._staging.path
         try:
+            stale: list[str] = []
             if remote is not None:
                 self._uploader = Uploader(remote, retry=retry, max_workers=max_workers,
                                           storage_options=storage_options, progress_bar=progress_bar)
+                # refused before a local copy is cleared; deleted only once the arguments are known to be good
+                stale = self._uploader.existing(exist_ok)
             super().__init__(columns=columns, local=local, compression=compression, hashes=hashes,
                              size_limit=size_limit, exist_ok=exist_ok or self._staging is not None,
                              on_file=self._on_file if remote is not None else None)
-            if self._uploader is not None:  # only once the arguments are known to be good
-                self._uploader.prepare(exist_ok)
+            if self._uploader is not None:
+                self._uploader.clear(stale)
         except BaseException:
             if getattr(self, "_pool", None) is not None:  # the shard writer started
                 self._abort()

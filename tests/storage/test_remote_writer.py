@@ -139,3 +139,21 @@ def test_remote_exist_ok_replaces_the_dataset(s3_server, s3_bucket, private_dirs
     write(url, s3_server, 3, exist_ok=True)
     assert remote_files(s3_server, url) == ["index.json", "shard.00000.mds"]
     assert read_ids(url, s3_server, tmp_path / "read") == [0, 1, 2]
+
+
+def test_pair_refused_by_the_remote_keeps_the_local_copy(s3_server, s3_bucket, private_dirs, tmp_path):
+    """With out=(local, remote) and exist_ok=True, a remote holding other files refuses the write
+    before the local copy of an earlier dataset is touched."""
+    url, local = f"{s3_bucket}/pair", tmp_path / "pair"
+    with MDSWriter(out=(str(local), url), columns={"i": "int"}, keep_local=True,
+                   storage_options=s3_server.storage_options) as w:
+        for i in range(10):
+            w.write({"i": i})
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3_server.storage_options)
+    fs.pipe_file(f"{url.split('://', 1)[1]}/notes.txt", b"mine")
+    before = sorted(os.listdir(local))
+    with pytest.raises(OutputExistsError, match="notes.txt"):
+        MDSWriter(out=(str(local), url), columns={"i": "int"}, exist_ok=True,
+                  storage_options=s3_server.storage_options)
+    assert sorted(os.listdir(local)) == before
+    assert [s["i"] for s in StreamingDataset(local=str(local))] == list(range(10))

@@ -42,12 +42,14 @@ class Uploader:
         except Exception:  # object stores have no directories; the first put creates the prefix
             pass
 
-    def prepare(self, exist_ok: bool) -> None:
-        """Refuse a remote directory that holds files (without ``exist_ok``) or files that are not a
-        dataset's (with it); else delete the dataset there, its index first."""
+    def existing(self, exist_ok: bool) -> list[str]:
+        """The dataset files already at the remote, to be replaced (see :meth:`clear`); deletes nothing.
+
+        Refuses a remote directory that holds files (without ``exist_ok``) or files that are not a
+        dataset's (with it), so a refusal comes before anything is deleted here or in a local copy."""
         names = self._listing()
         if not names:
-            return
+            return []
         if not exist_ok:
             refuse_non_empty(self.remote, len(names))
         index = None
@@ -55,9 +57,14 @@ class Uploader:
             index = self.fs.cat_file(f"{self.root}/{INDEX_BASENAME}")
         ours, others = split_dataset_files(names, index)
         refuse_others(self.remote, others)
-        for name in ours:
+        return ours
+
+    def clear(self, names: list[str]) -> None:
+        """Delete ``names`` (from :meth:`existing`: the index first) at the remote."""
+        for name in names:
             self.fs.rm_file(f"{self.root}/{name}")
-        self.fs.invalidate_cache(self.root)
+        if names:
+            self.fs.invalidate_cache(self.root)
 
     def _listing(self) -> list[str]:
         """The files below the remote directory, as paths relative to it."""
