@@ -27,6 +27,13 @@ import pytest
 from shardstream import MDSWriter
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_root(tmp_path_factory, monkeypatch):
+    """Remote datasets without local= and remote writers' staging use a cache root of the test's own,
+    never the user's ~/.cache (a test may set SHARDSTREAM_CACHE_DIR again)."""
+    monkeypatch.setenv("SHARDSTREAM_CACHE_DIR", str(tmp_path_factory.mktemp("cache-root")))
+
+
 def _make_dataset(root, columns: dict, samples, subdir: str = "ds", **writer_kwargs) -> str:
     out = os.path.join(str(root), subdir) if subdir else str(root)
     with MDSWriter(out=out, columns=columns, **writer_kwargs) as writer:
