@@ -4,7 +4,8 @@ A download goes to a hidden temp file beside its destination (the cache's usage 
 counts such files at their full expected size, so space is reserved from the start)
 and is renamed into place only once its size, and digest when one is known, match.
 Transient failures (5xx, resets, timeouts, short bodies) are retried with exponential
-backoff and jitter; a missing or forbidden file is not. A digest mismatch fetches the
+backoff and jitter; permanent ones (missing, forbidden, a directory, other 4xx answers) are not
+(see :mod:`.failures`), and the final error lists what each attempt ran into. A digest mismatch fetches the
 file once more, then raises :class:`~shardstream.errors.HashMismatchError` with both
 digests.
 """
@@ -19,6 +20,7 @@ from typing import Optional
 from ..errors import DownloadError, HashMismatchError
 from ..format.atomic import temp_name
 from ..format.hashing import digest_file
+from .failures import advice, label, permanent, summary
 from .fs import backoff, filesystem, join
 
 _CHUNK = 1 << 22
@@ -92,6 +94,7 @@ class Fetcher:
 
     def _download(self, basename: str, dest: str, size: Optional[int]) -> str:
         rpath = join(self.root, basename) if self.root else basename
+        failures: list[str] = []
         for attempt in range(self.retry + 1):
             tmp = temp_name(dest)
             try:
@@ -103,21 +106,21 @@ class Fetcher:
                     self.files += 1
                     self.bytes += got
                 return tmp
-            except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+            except Exception as exc:
                 _unlink(tmp)
-                what = "does not exist" if isinstance(exc, FileNotFoundError) else "cannot be read"
-                raise DownloadError(
-                    f"{basename!r} {what} at {self.url(basename)} ({type(exc).__name__}: {exc}); check remote= "
-                    "and the credentials in storage_options"
-                ) from exc
-            except Exception as exc:  # transient: 5xx, resets, timeouts, short bodies
-                _unlink(tmp)
-                if attempt == self.retry:
-                    kind = "timed out" if _is_timeout(exc) else f"failed ({type(exc).__name__}: {exc})"
+                why = permanent(exc)
+                if why is not None:
                     raise DownloadError(
-                        f"downloading {basename!r} from {self.url(basename)} {kind} after {attempt + 1} "
-                        f"attempt(s) of at most {self.timeout:g}s each; raise download_retry or "
-                        "download_timeout if the store is slow"
+                        f"{basename!r} {why} at {self.url(basename)} ({type(exc).__name__}: {exc}); this is not "
+                        "retried: check remote= (a dataset directory with index.json) and the credentials in "
+                        "storage_options"
+                    ) from exc
+                failures.append(label(exc))  # transient: 5xx, resets, timeouts, short bodies
+                if attempt == self.retry:
+                    raise DownloadError(
+                        f"downloading {basename!r} from {self.url(basename)} failed {attempt + 1} time(s): "
+                        f"{summary(failures)} (each attempt limited to {self.timeout:g}s; the last: "
+                        f"{type(exc).__name__}: {exc}); {advice(failures)}"
                     ) from exc
                 time.sleep(backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -146,12 +149,6 @@ def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
         if got != want:
             return algo, got, want
     return None
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    import asyncio
-
-    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or type(exc).__name__ == "FSTimeoutError"
 
 
 def _unlink(path: str) -> None:

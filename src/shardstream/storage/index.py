@@ -13,9 +13,9 @@ import json
 import os
 from typing import Optional
 
-from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError
+from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError, NotADatasetError
 from ..format.atomic import atomic_write
-from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index
+from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, not_a_dataset, read_index
 from .cache import META, ShardCache
 from .fetch import Fetcher
 from .locks import FileLock
@@ -25,7 +25,11 @@ def _signature(fetcher: Fetcher) -> Optional[dict]:
     """What identifies the remote index's current version, from one metadata request (None if unknown)."""
     try:
         info = fetcher.fs.info(f"{fetcher.root}/{INDEX_BASENAME}" if fetcher.root else INDEX_BASENAME)
+    except NotADirectoryError:
+        raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
     except FileNotFoundError:
+        if _is_file(fetcher):
+            raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
         raise IndexNotFoundError(
             f"no {INDEX_BASENAME} at {fetcher.url(INDEX_BASENAME)}; is remote= the dataset directory "
             "(or does it need split=...)?"
@@ -37,6 +41,14 @@ def _signature(fetcher: Fetcher) -> Optional[dict]:
         if info.get(key) is not None:
             sig[key.lower()] = str(info[key])
     return sig
+
+
+def _is_file(fetcher: Fetcher) -> bool:
+    """Whether the remote dataset location is itself a file (asked only once the index is missing)."""
+    try:
+        return bool(fetcher.root) and fetcher.fs.isfile(fetcher.root)
+    except Exception:  # a store that cannot tell: report the missing index
+        return False
 
 
 def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[ShardInfo]:
