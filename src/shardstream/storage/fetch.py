@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import DownloadError, HashMismatchError
+from ..errors import DownloadError, HashMismatchError, RemoteChangedError
 from ..format.atomic import temp_name
 from ..format.hashing import digest_file
 from .failures import advice, label, permanent, summary
 from .fs import backoff, filesystem, join
+from .versions import RemoteVersions
 
 _CHUNK = 1 << 22
 
@@ -48,6 +49,7 @@ class Fetcher:
         self._lock = threading.Lock()
         self.files = 0
         self.bytes = 0
+        self.versions: Optional[RemoteVersions] = None  # set once the index is read: shards are then checked
 
     def __getstate__(self) -> dict:  # filesystems with live sessions do not pickle everywhere
         state = self.__dict__.copy()
@@ -100,12 +102,17 @@ class Fetcher:
             try:
                 self._get(rpath, tmp)
                 got = os.path.getsize(tmp)
+                if self.versions is not None:  # after the download: a change during it is seen too
+                    self.versions.check(basename, self.url(basename), self._info(rpath), size)
                 if size is not None and got != size:
                     raise _ShortFile(f"received {got} bytes, the index says {size}")
                 with self._lock:
                     self.files += 1
                     self.bytes += got
                 return tmp
+            except RemoteChangedError:
+                _unlink(tmp)
+                raise
             except Exception as exc:
                 _unlink(tmp)
                 why = permanent(exc)
@@ -124,6 +131,15 @@ class Fetcher:
                     ) from exc
                 time.sleep(backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _info(self, rpath: str) -> dict:
+        """The remote file's metadata, asked afresh (never from a listing cached by the filesystem)."""
+        fs = self.fs
+        try:
+            fs.invalidate_cache(rpath)
+            return fs.info(rpath)
+        except (NotImplementedError, AttributeError, TypeError):  # a store with no metadata requests
+            return {}
 
     def _get(self, rpath: str, tmp: str) -> None:
         fs = self.fs
