@@ -111,3 +111,15 @@ def test_local_cache_directory_that_is_a_file(http_remote, tmp_path):
     path.write_text("")
     with pytest.raises(NotADatasetError, match="local=.* is a file"):
         StreamingDataset(remote=http_remote, local=str(path))
+
+
+def test_s3_errors_retried_inside_the_client_are_not_hidden_by_the_timeout(s3_proxy, s3_remote, tmp_path):
+    """botocore retries 503s by itself, so each of our attempts times out: the message still says 503."""
+    ds = StreamingDataset(remote=s3_remote, local=str(tmp_path / "cache"), storage_options=s3_proxy.storage_options,
+                          download_retry=1, download_timeout=1)
+    s3_proxy.faults.add("shard.00001", *["503"] * 40)
+    with pytest.raises(DownloadError) as info:
+        list(ds)
+    msg = str(info.value)
+    assert "failed 2 time(s): timed out x2; in all the store answered HTTP 503 x" in msg, msg
+    assert "check that the store is healthy" in msg

@@ -86,8 +86,11 @@ def summary(labels: list[str]) -> str:
     return ", ".join(f"{what} x{n}" for what, n in Counter(labels).items())
 
 
-def advice(labels: list[str]) -> str:
-    """What to change, given what the attempts ran into."""
+def advice(labels: list[str], errors_within: bool = False) -> str:
+    """What to change, given what the attempts ran into (``errors_within``: the store answered errors
+    that the client retried by itself inside the attempts)."""
+    if errors_within:
+        return "check that the store is healthy, or raise download_retry (and download_timeout) to ride it out"
     timeouts = labels.count("timed out")
     if timeouts == len(labels):
         return "raise download_timeout if the store is slow, or download_retry if it is flaky"

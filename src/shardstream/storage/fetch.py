@@ -20,6 +20,7 @@ from typing import Optional
 from ..errors import DownloadError, HashMismatchError, RemoteChangedError
 from ..format.atomic import temp_name
 from ..format.hashing import digest_file
+from . import inner_retries
 from .failures import advice, label, permanent, summary
 from .fs import backoff, filesystem, join
 from .versions import RemoteVersions
@@ -97,8 +98,11 @@ class Fetcher:
     def _download(self, basename: str, dest: str, size: Optional[int]) -> str:
         rpath = join(self.root, basename) if self.root else basename
         failures: list[str] = []
+        inner: list[int] = []  # error statuses the client retried by itself within our attempts
+        inner_retries.watch(self.fs)
         for attempt in range(self.retry + 1):
             tmp = temp_name(dest)
+            inner_retries.take(rpath)  # nothing left over from before this attempt
             try:
                 self._get(rpath, tmp)
                 got = os.path.getsize(tmp)
@@ -123,14 +127,19 @@ class Fetcher:
                         "storage_options"
                     ) from exc
                 failures.append(label(exc))  # transient: 5xx, resets, timeouts, short bodies
+                inner.extend(inner_retries.take(rpath))
                 if attempt == self.retry:
-                    raise DownloadError(
-                        f"downloading {basename!r} from {self.url(basename)} failed {attempt + 1} time(s): "
-                        f"{summary(failures)} (each attempt limited to {self.timeout:g}s; the last: "
-                        f"{type(exc).__name__}: {exc}); {advice(failures)}"
-                    ) from exc
+                    raise DownloadError(self._failed(basename, failures, inner, exc)) from exc
                 time.sleep(backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failed(self, basename: str, failures: list[str], inner: list[int], last: BaseException) -> str:
+        """What every attempt at ``basename`` ran into, and what to change."""
+        within = (f"; in all the store answered {summary([f'HTTP {s}' for s in inner])} (the client retries "
+                  "such answers by itself within one attempt)" if inner else "")
+        return (f"downloading {basename!r} from {self.url(basename)} failed {len(failures)} time(s): "
+                f"{summary(failures)}{within} (each attempt limited to {self.timeout:g}s; the last: "
+                f"{type(last).__name__}: {last}); {advice(failures, bool(inner))}")
 
     def _info(self, rpath: str) -> dict:
         """The remote file's metadata, asked afresh (never from a listing cached by the filesystem)."""
