@@ -67,7 +67,7 @@ def warn_if_too_small(limit: Optional[int], shards: np.ndarray, ahead: int, size
         f"downloads ahead), {need} bytes with the index, so {effect}; raise cache_limit to at least {need} bytes "
         "(more when several processes on this machine share the cache), or read from fewer shards at once (a "
         "smaller shuffle_block_size or num_canonical_nodes)",
-        stacklevel=3,
+        stacklevel=5,  # the loop that iterates the dataset
     )
     return True
 
