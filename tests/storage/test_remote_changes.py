@@ -112,7 +112,7 @@ def test_http_shard_changed_since_first_download_is_refused(http_server, version
         ds[1]
 
 
-def test_unchanged_dataset_reads_with_one_metadata_request_per_download(http_server, versions_dirs, tmp_path):
+def test_unchanged_dataset_reads_and_records_each_shard(http_server, versions_dirs, tmp_path):
     shutil.copytree(versions_dirs[0], os.path.join(http_server.root, "data"))
     ds = StreamingDataset(remote=f"{http_server.url}/data", local=str(tmp_path / "cache"), shuffle=True)
     assert sorted(s["id"] for s in ds) == list(range(N))
