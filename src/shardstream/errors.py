@@ -24,6 +24,10 @@ class IndexNotFoundError(ShardstreamError, FileNotFoundError):
     """The dataset directory has no ``index.json``."""
 
 
+class NotADatasetError(IndexNotFoundError, NotADirectoryError):
+    """The dataset location is a file; shardstream reads MDS datasets: a directory with ``index.json``."""
+
+
 class CorruptIndexError(ShardstreamError, ValueError):
     """``index.json`` is not valid JSON or does not describe an MDS dataset."""
 
@@ -101,6 +105,10 @@ def require(module: str, extra: str, feature: str):
 
 class DownloadError(ShardstreamError, OSError):
     """A file could not be fetched from the remote (after retries); the message names it and its URL."""
+
+
+class RemoteChangedError(DownloadError):
+    """A remote file changed after the dataset's index was read; the message names it and what changed."""
 
 
 class CacheLimitError(InvalidArgumentError):

@@ -306,7 +306,7 @@ def test_download_knobs_are_per_stream(http_server, sources, http_remotes, tmp_p
     with pytest.raises(DownloadError) as info:
         list(ds)
     msg = str(info.value)
-    assert f"{http_remotes['b']}/shard.00003.mds" in msg and "after 1 attempt" in msg, msg
+    assert f"{http_remotes['b']}/shard.00003.mds" in msg and "failed 1 time(s): HTTP 503 x1" in msg, msg
 
     http_server.faults.clear()
     http_server.faults.add("/a/shard.00001", "503", "503")

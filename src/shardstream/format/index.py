@@ -13,7 +13,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import CorruptIndexError, IndexNotFoundError, UnsafePathError, UnsupportedFormatError
+from ..errors import CorruptIndexError, IndexNotFoundError, NotADatasetError, UnsafePathError, UnsupportedFormatError
 from .compression import parse_compression
 from .encodings import Encoding, get_encoding
 from .hashing import check_hash
@@ -203,7 +203,18 @@ def read_index(dirname: str) -> list[ShardInfo]:
             f"no {INDEX_BASENAME} in {dirname!r}; is this the dataset directory (or does it need split=...)? "
             "A writer that did not finish leaves no index"
         ) from None
+    except NotADirectoryError:
+        file = dirname
+        while not os.path.isfile(file) and os.path.dirname(file) not in ("", file):
+            file = os.path.dirname(file)  # the part of the path that is a file (dirname may add a split)
+        raise NotADatasetError(not_a_dataset(file)) from None
     return loads_index(text, path)
+
+
+def not_a_dataset(location: str) -> str:
+    """The message for a dataset location that is a file."""
+    return (f"{location!r} is a file; shardstream reads MDS datasets: a directory with {INDEX_BASENAME} and the "
+            "shards it lists (write one with MDSWriter), so give that directory instead")
 
 
 def dumps_index(shards: list[ShardInfo]) -> str:

@@ -7,13 +7,16 @@ Step batches decode each shard's samples of a step at once (see :func:`decode_st
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from ..format.index import INDEX_BASENAME
 from ..format.batch import column_kinds, concat_batches, decode_batch, decode_range, stack_samples, take_rows
 from ..format.reader import ShardReader
 from .prefetch import Chunk, Prefetcher
+from .working_set import upcoming_shards, warn_if_too_small
 
 
 class PassReading:
@@ -55,6 +58,9 @@ class PassReading:
     def _prefetched(self, current) -> Iterator[tuple[Chunk, set]]:
         """The worker's chunks with their shards pinned ahead (see :mod:`.prefetch`); a chunk's
         pins are dropped once the consumer asks for the next chunk, so shards shared by both stay."""
+        if not getattr(self, "_working_set_checked", False):  # once per dataset (and per worker copy)
+            self._working_set_checked = True
+            self._check_working_set(current)
         step = max(current.plan.device_batch(current.world), 1)
         rows = max(1, min(2048, self.predownload // 4) // step)  # steps per chunk
         prefetcher = Prefetcher(self._cache, self._chunks(current, rows), self.predownload, self.download_threads)
@@ -69,6 +75,18 @@ class PassReading:
             if previous is not None:
                 prefetcher.done(*previous)
             prefetcher.close()
+
+    def _check_working_set(self, current) -> None:
+        """Warn when ``cache_limit`` cannot hold the shards this reader's order needs at once."""
+        if self.cache_limit is None:
+            return
+        stores = getattr(self._cache, "stores", [self._cache])
+        sizes = np.concatenate([
+            np.asarray([store.footprint(i) if store.evictable else 0 for i in range(len(store.shards))], np.int64)
+            for store in stores])
+        fixed = sum(_size(os.path.join(store.dirname, INDEX_BASENAME)) for store in stores if store.evictable)
+        shards, whole = upcoming_shards(current.plan.iter_worker(current.world, current.start), self._locate)
+        warn_if_too_small(self.cache_limit, shards, self.predownload, sizes, whole, fixed, self.shuffle)
 
     def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
         """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
@@ -157,6 +175,13 @@ class PassReading:
         finally:
             for shard in kept:
                 cache.unpin(shard)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[str, Any]:

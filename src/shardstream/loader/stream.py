@@ -24,7 +24,7 @@ import numpy as np
 
 import os
 
-from ..errors import CacheLimitError, InvalidArgumentError
+from ..errors import CacheLimitError, InvalidArgumentError, NotADatasetError
 from ..format.hashing import check_hash
 from ..format.index import read_index
 from ..plan.mix import SCHEDULE_KINDS, Schedule
@@ -213,6 +213,10 @@ def open_source(remote: Optional[str], local: Optional[str], knobs: dict, storag
         check_hash(knobs["validate_hash"])
     remote, local, dirname = locate(remote, local, knobs["split"])
     if remote is not None:
+        if os.path.isfile(local):
+            raise NotADatasetError(
+                f"local={local!r} is a file; with remote= it is the directory where the shards are cached (it is "
+                "created if missing): give a directory, or leave local out to cache under SHARDSTREAM_CACHE_DIR")
         fetcher = Fetcher(join(remote, knobs["split"]), storage_options, knobs["download_retry"], knobs["download_timeout"])
         shards = local_index(dirname, fetcher)
     else:

@@ -115,7 +115,8 @@ def _contents(dirname: str) -> list[str]:
 
 def _recorded(dirname: str, fetcher: Fetcher) -> bool:
     """Whether an earlier shardstream, which kept no marker, recorded fetching this remote's index here."""
-    url = _read_json(os.path.join(dirname, META, RECORD)).get("url")
+    record = _read_json(os.path.join(dirname, META, RECORD))
+    url = record.get("url", (record.get("signature") or {}).get("url"))
     return isinstance(url, str) and same_remote(url, fetcher.url(INDEX_BASENAME))
 
 

@@ -4,7 +4,8 @@ A download goes to a hidden temp file beside its destination (the cache's usage 
 counts such files at their full expected size, so space is reserved from the start)
 and is renamed into place only once its size, and digest when one is known, match.
 Transient failures (5xx, resets, timeouts, short bodies) are retried with exponential
-backoff and jitter; a missing or forbidden file is not. A digest mismatch fetches the
+backoff and jitter; permanent ones (missing, forbidden, a directory, other 4xx answers) are not
+(see :mod:`.failures`), and the final error lists what each attempt ran into. A digest mismatch fetches the
 file once more, then raises :class:`~shardstream.errors.HashMismatchError` with both
 digests.
 """
@@ -16,10 +17,13 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import DownloadError, HashMismatchError
+from ..errors import DownloadError, HashMismatchError, RemoteChangedError
 from ..format.atomic import temp_name
 from ..format.hashing import digest_file
+from . import inner_retries
+from .failures import advice, label, permanent, summary
 from .fs import backoff, filesystem, join
+from .versions import RemoteVersions
 
 _CHUNK = 1 << 22
 
@@ -46,6 +50,7 @@ class Fetcher:
         self._lock = threading.Lock()
         self.files = 0
         self.bytes = 0
+        self.versions: Optional[RemoteVersions] = None  # set once the index is read: shards are then checked
 
     def __getstate__(self) -> dict:  # filesystems with live sessions do not pickle everywhere
         state = self.__dict__.copy()
@@ -92,35 +97,58 @@ class Fetcher:
 
     def _download(self, basename: str, dest: str, size: Optional[int]) -> str:
         rpath = join(self.root, basename) if self.root else basename
+        failures: list[str] = []
+        inner: list[int] = []  # error statuses the client retried by itself within our attempts
+        inner_retries.watch(self.fs)
         for attempt in range(self.retry + 1):
             tmp = temp_name(dest)
+            inner_retries.take(rpath)  # nothing left over from before this attempt
             try:
                 self._get(rpath, tmp)
                 got = os.path.getsize(tmp)
+                if self.versions is not None:  # after the download: a change during it is seen too
+                    self.versions.check(basename, self.url(basename), self._info(rpath), size)
                 if size is not None and got != size:
                     raise _ShortFile(f"received {got} bytes, the index says {size}")
                 with self._lock:
                     self.files += 1
                     self.bytes += got
                 return tmp
-            except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+            except RemoteChangedError:
                 _unlink(tmp)
-                what = "does not exist" if isinstance(exc, FileNotFoundError) else "cannot be read"
-                raise DownloadError(
-                    f"{basename!r} {what} at {self.url(basename)} ({type(exc).__name__}: {exc}); check remote= "
-                    "and the credentials in storage_options"
-                ) from exc
-            except Exception as exc:  # transient: 5xx, resets, timeouts, short bodies
+                raise
+            except Exception as exc:
                 _unlink(tmp)
-                if attempt == self.retry:
-                    kind = "timed out" if _is_timeout(exc) else f"failed ({type(exc).__name__}: {exc})"
+                why = permanent(exc)
+                if why is not None:
                     raise DownloadError(
-                        f"downloading {basename!r} from {self.url(basename)} {kind} after {attempt + 1} "
-                        f"attempt(s) of at most {self.timeout:g}s each; raise download_retry or "
-                        "download_timeout if the store is slow"
+                        f"{basename!r} {why} at {self.url(basename)} ({type(exc).__name__}: {exc}); this is not "
+                        "retried: check remote= (a dataset directory with index.json) and the credentials in "
+                        "storage_options"
                     ) from exc
+                failures.append(label(exc))  # transient: 5xx, resets, timeouts, short bodies
+                inner.extend(inner_retries.take(rpath))
+                if attempt == self.retry:
+                    raise DownloadError(self._failed(basename, failures, inner, exc)) from exc
                 time.sleep(backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failed(self, basename: str, failures: list[str], inner: list[int], last: BaseException) -> str:
+        """What every attempt at ``basename`` ran into, and what to change."""
+        within = (f"; in all the store answered {summary([f'HTTP {s}' for s in inner])} (the client retries "
+                  "such answers by itself within one attempt)" if inner else "")
+        return (f"downloading {basename!r} from {self.url(basename)} failed {len(failures)} time(s): "
+                f"{summary(failures)}{within} (each attempt limited to {self.timeout:g}s; the last: "
+                f"{type(last).__name__}: {last}); {advice(failures, bool(inner))}")
+
+    def _info(self, rpath: str) -> dict:
+        """The remote file's metadata, asked afresh (never from a listing cached by the filesystem)."""
+        fs = self.fs
+        try:
+            fs.invalidate_cache(rpath)
+            return fs.info(rpath)
+        except (NotImplementedError, AttributeError, TypeError):  # a store with no metadata requests
+            return {}
 
     def _get(self, rpath: str, tmp: str) -> None:
         fs = self.fs
@@ -146,12 +174,6 @@ def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
         if got != want:
             return algo, got, want
     return None
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    import asyncio
-
-    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or type(exc).__name__ == "FSTimeoutError"
 
 
 def _unlink(path: str) -> None:

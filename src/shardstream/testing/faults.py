@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FAULT_KINDS", "Fault", "FaultProxy", "Faults", "RangeHTTPServer", "wait_until_answers"]
 
-FAULT_KINDS = ("500", "503", "reset", "stall", "corrupt")
+_STATUS_KINDS = ("403", "404", "429", "500", "503")
+FAULT_KINDS = (*_STATUS_KINDS, "reset", "stall", "corrupt")
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                          "trailers", "transfer-encoding", "upgrade", "expect", "content-length", "server", "date"})
 _CHUNK = 1 << 20
@@ -57,7 +58,7 @@ class Faults:
     listing, ``GET /bucket?list-type=2``, has the path ``/bucket``). Faults are consumed in the
     order they were added. Kinds:
 
-    - ``"500"``, ``"503"``: that status with a short text body (the file is not read);
+    - ``"403"``, ``"404"``, ``"429"``, ``"500"``, ``"503"``: that status with a short text body (the file is not read);
     - ``"reset"``: status and full ``Content-Length``, half of the body, then a TCP reset;
     - ``"stall"``: status, headers and half of the body, a pause of ``stall_s`` seconds, then the rest;
     - ``"corrupt"``: the full body with its first, middle and last byte inverted.
@@ -219,7 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, headers: Iterable[tuple[str, str]], length: int, chunks: Iterable[bytes],
               fault: Fault | None, body: bool = True) -> None:
         """Send a response of ``length`` body bytes taken from ``chunks``, applying ``fault``."""
-        if fault is not None and fault.kind in ("500", "503"):
+        if fault is not None and fault.kind in _STATUS_KINDS:
             self._send_status_fault(fault)
             return
         self.send_response(status)
@@ -366,7 +367,7 @@ class _FileHandler(_Handler):
 
     def _serve(self, body: bool) -> None:
         fault = self._begin_get() if body else None
-        if fault is not None and fault.kind in ("500", "503"):
+        if fault is not None and fault.kind in _STATUS_KINDS:
             self._send_status_fault(fault)
             return
         root = self.server.owner.root
@@ -440,7 +441,7 @@ class _ProxyHandler(_Handler):
         owner: FaultProxy = self.server.owner  # type: ignore[assignment]
         request_body = self._read_body()
         fault = self._begin_get() if self.command == "GET" else None
-        if fault is not None and fault.kind in ("500", "503"):
+        if fault is not None and fault.kind in _STATUS_KINDS:
             self._send_status_fault(fault)
             return
         up = urlsplit(owner.upstream)

@@ -1,0 +1,99 @@
+"""What a failed download attempt was: permanent (never retried) or transient, and a short
+label for the error message, so that a final error says what happened on every attempt
+(``failed 3 times: HTTP 503 x2, timed out x1``) instead of only the last one.
+
+Permanent: the file does not exist, cannot be read (permission), is a directory or lies
+under a file, or the store answered 4xx (except 408 and 429, and S3's throttling and
+request-timeout codes). Everything else (5xx, resets, timeouts, short bodies) is transient.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator, Optional
+
+_TRANSIENT_4XX = frozenset({408, 429})
+_TRANSIENT_CODES = frozenset({"RequestTimeout", "Throttling", "ThrottlingException", "SlowDown", "TooManyRequests",
+                              "RequestLimitExceeded", "RequestTimeTooSkewed", "RequestThrottled"})
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (clients wrap the HTTP error in their own)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and len(seen) < 8:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def http_status(exc: BaseException) -> tuple[Optional[int], Optional[str]]:
+    """(HTTP status, the store's error code) behind ``exc``, if a store answered with an error."""
+    for e in _chain(exc):
+        name = type(e).__name__
+        response = getattr(e, "response", None)
+        if name == "ClientResponseError" and isinstance(getattr(e, "status", None), int):  # aiohttp (http, hf)
+            return e.status, None
+        if isinstance(response, dict) and "ResponseMetadata" in response:  # botocore (s3)
+            status = response["ResponseMetadata"].get("HTTPStatusCode")
+            return (status if isinstance(status, int) else None), response.get("Error", {}).get("Code")
+        if name == "HttpError" and isinstance(getattr(e, "code", None), int):  # gcsfs
+            return e.code, None
+        if isinstance(getattr(e, "status_code", None), int):  # azure
+            return e.status_code, getattr(e, "error_code", None)
+    return None, None
+
+
+def permanent(exc: BaseException) -> Optional[str]:
+    """What makes ``exc`` permanent (retrying cannot help), or None for a transient failure."""
+    if isinstance(exc, FileNotFoundError):
+        return "does not exist"
+    if isinstance(exc, PermissionError):
+        return "cannot be read with these credentials (permission denied)"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not a file"
+    if isinstance(exc, NotADirectoryError):
+        return "lies under a path that is a file, not a directory"
+    status, code = http_status(exc)
+    if status is not None and 400 <= status < 500 and status not in _TRANSIENT_4XX and code not in _TRANSIENT_CODES:
+        if status == 404:
+            return "does not exist (HTTP 404)"
+        if status in (401, 403):
+            return f"cannot be read with these credentials (HTTP {status})"
+        return f"was refused by the store (HTTP {status}{f' {code}' if code else ''})"
+    return None
+
+
+def is_timeout(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or type(exc).__name__ == "FSTimeoutError"
+
+
+def label(exc: BaseException) -> str:
+    """A short name for one failed attempt: ``HTTP 503``, ``timed out``, ``ConnectionResetError``..."""
+    if is_timeout(exc):
+        return "timed out"
+    status, code = http_status(exc)
+    if status is not None:
+        return f"HTTP {status}{f' {code}' if code and code != str(status) else ''}"
+    if type(exc).__name__ == "_ShortFile":
+        return "short body"
+    return type(exc).__name__
+
+
+def summary(labels: list[str]) -> str:
+    """``HTTP 503 x2, timed out x1`` in order of first occurrence."""
+    return ", ".join(f"{what} x{n}" for what, n in Counter(labels).items())
+
+
+def advice(labels: list[str], errors_within: bool = False) -> str:
+    """What to change, given what the attempts ran into (``errors_within``: the store answered errors
+    that the client retried by itself inside the attempts)."""
+    if errors_within:
+        return "check that the store is healthy, or raise download_retry (and download_timeout) to ride it out"
+    timeouts = labels.count("timed out")
+    if timeouts == len(labels):
+        return "raise download_timeout if the store is slow, or download_retry if it is flaky"
+    if timeouts:
+        return "raise download_retry (and download_timeout if the store is slow) to ride out a flaky store"
+    return "raise download_retry to ride out a flaky store, or check that the store is healthy"
