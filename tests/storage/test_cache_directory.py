@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from shardstream import MDSWriter, Stream, StreamingDataset
-from shardstream.errors import CacheDirectoryError, ShardstreamError
+from shardstream.errors import CacheDirectoryError, NotADatasetError, ShardstreamError
 
 COLUMNS = {"id": "int", "payload": "bytes"}
 
@@ -85,7 +85,7 @@ def test_local_that_is_a_file_is_refused(tmp_path):
     remote = write(tmp_path, "remote")
     path = tmp_path / "file"
     path.write_text("x")
-    with pytest.raises(CacheDirectoryError, match="not a directory"):
+    with pytest.raises(NotADatasetError, match="is a file"):
         StreamingDataset(remote=f"file://{remote}", local=str(path))
     assert path.read_text() == "x"
 

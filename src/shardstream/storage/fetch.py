@@ -81,7 +81,7 @@ class Fetcher:
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
         mismatch = None
         for _ in range(2):  # a digest mismatch is fetched once more before it is an error
-            tmp = self._download(basename, dest, size)
+            tmp = self._download(basename, dest, size, versioned=not hashes)
             try:
                 mismatch = _first_mismatch(tmp, hashes or {})
                 if mismatch is None:
@@ -95,7 +95,9 @@ class Fetcher:
             "twice in a row; the remote copy is damaged or the index belongs to another version of the dataset"
         )
 
-    def _download(self, basename: str, dest: str, size: Optional[int]) -> str:
+    def _download(self, basename: str, dest: str, size: Optional[int], versioned: bool = True) -> str:
+        """Fetch to a temp file; ``versioned``: also check the remote file's identity (:mod:`.versions`),
+        for files the index gives no digest of (a digest checks the content itself)."""
         rpath = join(self.root, basename) if self.root else basename
         failures: list[str] = []
         inner: list[int] = []  # error statuses the client retried by itself within our attempts
@@ -106,7 +108,7 @@ class Fetcher:
             try:
                 self._get(rpath, tmp)
                 got = os.path.getsize(tmp)
-                if self.versions is not None:  # after the download: a change during it is seen too
+                if versioned and self.versions is not None:  # after the download: a change during it is seen too
                     self.versions.check(basename, self.url(basename), self._info(rpath), size)
                 if size is not None and got != size:
                     raise _ShortFile(f"received {got} bytes, the index says {size}")

@@ -1,8 +1,9 @@
 """What identifies each remote file of a dataset, so that a file rewritten during a run is refused
 instead of read as if the index described it.
 
-An index with digests catches any changed shard on download. One without (``hashes=[]``)
-cannot, so every shard download is followed by one metadata request (size, ETag or
+An index with digests catches any changed shard on download, and its shards are checked by
+digest alone. One without (``hashes=[]``) cannot, so every download of a shard it gives no
+digest of is followed by one metadata request (size, ETag or
 version, modification time: whatever the store gives) and the download is refused with
 :class:`~shardstream.errors.RemoteChangedError` when
 
