@@ -14,6 +14,7 @@ from .errors import (
     SampleIndexError,
     ShardNotFoundError,
     ShardstreamError,
+    UnknownKeywordError,
     UnsafeEncodingError,
     UnsafePathError,
     UnsupportedFormatError,
@@ -39,7 +40,7 @@ __all__ = [
     "inspect_dataset", "verify_dataset", "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "SampleIndexError",
-    "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
+    "ShardNotFoundError", "UnknownKeywordError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
     "UploadError", "WriterError", "__version__",
 ]
 

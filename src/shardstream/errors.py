@@ -100,3 +100,7 @@ class DownloadError(ShardstreamError, OSError):
 
 class CacheLimitError(InvalidArgumentError):
     """``cache_limit`` is too small for the shards it must hold; the message gives the minimum."""
+
+
+class UnknownKeywordError(ShardstreamError, TypeError):
+    """A keyword argument that the function does not take; the message names the closest one it does."""

@@ -10,6 +10,7 @@ from typing import Any, Optional, Union
 from .errors import InvalidArgumentError
 from .format.index import INDEX_BASENAME
 from .format.writer import DEFAULT_SIZE_LIMIT, ShardWriter
+from .keywords import checked_keywords
 from .storage.fs import is_remote, split_protocol
 from .storage.upload import Uploader
 
@@ -48,6 +49,7 @@ class MDSWriter(ShardWriter):
                 out.write(sample)
     """
 
+    @checked_keywords()
     def __init__(
         self,
         *,

@@ -29,7 +29,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import InvalidArgumentError
 from ..format.batch import Ragged
+from ..keywords import checked_keywords
 from ..loader.batches import Consumed
+from ..loader.options import check_batch_size
 
 _BYTES_LIKE = ("str", "bytes")
 
@@ -91,6 +93,7 @@ class StreamingDataLoader(DataLoader):
     ``columns`` limits the batch path to those columns.
     """
 
+    @checked_keywords(DataLoader.__init__)
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,
                  columns: Optional[Sequence[str]] = None, **kwargs) -> None:
@@ -107,8 +110,7 @@ class StreamingDataLoader(DataLoader):
                 )
         if kwargs.get("in_order") is False:
             raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1 (the per-device batch)")
+        check_batch_size(batch_size)
         if batch_decode is None:
             if collate_fn is None and len(dataset._stream_layouts()) > 1:
                 dataset._check_batchable(columns)  # refuses, saying the streams have different columns

@@ -22,14 +22,15 @@ import numpy as np
 import xxhash
 
 from ..errors import InvalidArgumentError, SampleIndexError, UnsafeEncodingError
-from ..format.batch import concat_batches, decode_batch, decode_range
 from ..format.index import ShardInfo
 from ..format.reader import ShardReader, open_shard
+from ..keywords import checked_keywords
 from ..plan import World
 from ..units import parse_bytes, parse_count
 from .options import DatasetOptions
 from .mixorder import mix_order
 from .order import Order
+from .indexbatches import IndexBatches
 from .passes import PassReading
 from .prefetch import default_predownload
 from .stream import (Stream, WeightSchedule, check_streams, described, open_source, open_sources, shard_set,
@@ -39,9 +40,11 @@ from ..integrations.torchenv import die_with_parent, register_iterable
 
 
 _HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access
+_ONE_PER_STEP = ("each step holds 1 sample per rank (DataLoader workers take turns by steps, so a DataLoader "
+                 "batch of several samples is not a run of the plan)")
 
 
-class StreamingDataset(PassReading):
+class StreamingDataset(PassReading, IndexBatches):
     """An MDS dataset read from ``local`` (optionally its ``split`` subdirectory).
 
     Samples are dicts of column -> value. ``len(ds)`` is the number of samples;
@@ -50,6 +53,7 @@ class StreamingDataset(PassReading):
     the next epoch in plan order; :meth:`batches` yields column arrays in index order.
     """
 
+    @checked_keywords()
     def __init__(
         self,
         *,
@@ -160,12 +164,30 @@ class StreamingDataset(PassReading):
         return self.num_samples / max(len(self.shards), 1)
 
     def _adopt_batch_size(self, batch_size: int) -> None:
-        """Take a loader's per-device ``batch_size`` when the dataset was built without one."""
+        """Take a loader's per-device ``batch_size`` when the dataset was built without one (with a warning)."""
         self.batch_size = batch_size
         self.options = dataclasses.replace(self.options, batch_size=batch_size)
         self._order.options = self.options
         if self._default_predownload:
             self.predownload = default_predownload(batch_size, self._average)
+        self._warn_unset_batch_size(f"it takes the loader's batch_size={batch_size}")
+
+    def _warn_unset_batch_size(self, what: str) -> None:
+        """Say once what a dataset built without ``batch_size`` does where it matters: several ranks or
+        DataLoader workers, or a loader's batch adopted (mosaicml-streaming refuses such a dataset)."""
+        if self.__dict__.get("_warned_batch_size"):
+            return
+        self._warned_batch_size = True
+        world = self.detect_world()
+        end = self._order.epoch_plan(None, world).end  # as planned for this world
+        per = self.batch_size or 1
+        warnings.warn(
+            f"StreamingDataset was built without batch_size, so {what}: the epoch is planned in global steps of "
+            f"{per} sample(s) per rank x {world.readers} rank(s), and epoch_tail={self.options.epoch_tail!r} "
+            f"makes this epoch {end} samples (the dataset has {self.epoch_size}). mosaicml-streaming refuses a "
+            "dataset without batch_size; pass StreamingDataset(..., batch_size=N), the per-device batch of your "
+            "training loop, to plan the epoch and its checkpoints in the steps you train with",
+            stacklevel=4)
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -274,7 +296,10 @@ class StreamingDataset(PassReading):
         ``get_item`` (to transform samples) has each sample fetched through it.
         """
         die_with_parent()
-        current = self._order.begin(world or self.detect_world())
+        world = world or self.detect_world()
+        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
+            self._warn_unset_batch_size(_ONE_PER_STEP)
+        current = self._order.begin(world)
         if self._overridden_getitem():
             return self._custom_samples(current)
         if self.remote is not None:
@@ -291,7 +316,10 @@ class StreamingDataset(PassReading):
         """
         self._check_batchable(columns)  # before the pass begins, so a refused call leaves a pending resume alone
         die_with_parent()
-        current = self._order.begin(world or self.detect_world())
+        world = world or self.detect_world()
+        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
+            self._warn_unset_batch_size(_ONE_PER_STEP)
+        current = self._order.begin(world)
         if self.remote is not None:
             return self._cached_batches(current, columns)
         return self._local_batches(current, columns)
@@ -379,15 +407,15 @@ class StreamingDataset(PassReading):
 
     @next_epoch.setter
     def next_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidArgumentError(f"next_epoch={epoch!r} must be an int >= 0")
-        self._order.next_epoch = epoch
-        self._order.pending = None
-        self._order.current = None
+        self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass run ``epoch`` from its start (like ``DistributedSampler.set_epoch``)."""
-        self.next_epoch = epoch
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidArgumentError(f"set_epoch({epoch!r}): the epoch must be an int >= 0")
+        self._order.next_epoch = epoch
+        self._order.pending = None
+        self._order.current = None
 
     def epoch_plan(self, epoch: Optional[int] = None, world: Optional[World] = None):
         """The :class:`~shardstream.plan.EpochPlan` of ``epoch`` (default: the next) for ``world``."""
@@ -416,51 +444,6 @@ class StreamingDataset(PassReading):
     def _world_now(self) -> World:
         cur = self._order.current
         return cur.world if cur is not None else self.detect_world()
-
-    # -- batches --------------------------------------------------------------------
-    def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
-        """Decode the samples at global ``indices`` into column arrays (see :mod:`shardstream.format.batch`)."""
-        idx = np.asarray(indices, np.int64)
-        if idx.ndim != 1:
-            raise InvalidArgumentError(f"indices must be 1-D, got shape {idx.shape}")
-        idx = np.where(idx < 0, idx + self.num_samples, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.num_samples):
-            raise SampleIndexError(f"indices must be in [-{self.num_samples}, {self.num_samples})")
-        shards = np.searchsorted(self._ends_array, idx, side="right")
-        starts = self._starts_array
-        if idx.size == 0:
-            return decode_batch(self.reader(0), idx, columns) if self.shards else {}
-        # Decode runs of indices that fall in the same shard, in the requested order.
-        cuts = np.flatnonzero(np.diff(shards)) + 1
-        parts = []
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(idx)]):
-            s = int(shards[lo])
-            parts.append(decode_batch(self.reader(s), idx[lo:hi] - starts[s], columns))
-        return concat_batches(parts)
-
-    def batches(self, batch_size: Optional[int] = None, columns: Optional[Sequence[str]] = None,
-                drop_last: bool = False, start: int = 0) -> Iterator[dict[str, Any]]:
-        """Yield consecutive batches of ``batch_size`` samples as column arrays, in order."""
-        bs = batch_size or self.batch_size
-        if not bs or bs < 1:
-            raise InvalidArgumentError(f"batch_size must be a positive int, got {bs!r}")
-        n = self.num_samples
-        for lo in range(start, n, bs):
-            hi = min(lo + bs, n)
-            if hi - lo < bs and drop_last:
-                return
-            yield self._range_batch(lo, hi, columns)
-
-    def _range_batch(self, lo: int, hi: int, columns) -> dict[str, Any]:
-        parts = []
-        shard = bisect_right(self._ends, lo)
-        while lo < hi:
-            base = self._starts[shard]
-            stop = min(hi, self._ends[shard])
-            parts.append(decode_range(self.reader(shard), lo - base, stop - base, columns))
-            lo = stop
-            shard += 1
-        return concat_batches(parts)
 
     # -- pickling (DataLoader workers re-open shards on their side) ------------------
     def __getstate__(self) -> dict:
