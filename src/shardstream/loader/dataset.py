@@ -14,6 +14,8 @@ optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
@@ -187,7 +189,7 @@ class StreamingDataset(PassReading, IndexBatches):
             f"makes this epoch {end} samples (the dataset has {self.epoch_size}). mosaicml-streaming refuses a "
             "dataset without batch_size; pass StreamingDataset(..., batch_size=N), the per-device batch of your "
             "training loop, to plan the epoch and its checkpoints in the steps you train with",
-            stacklevel=4)
+            stacklevel=_outside_level())
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -286,25 +288,28 @@ class StreamingDataset(PassReading, IndexBatches):
         """The world this process reads as (see :mod:`shardstream.loader.world`)."""
         return detect_world(self.options.replication, explicit=self.world, parent=self._parent_world)
 
-    def iterate(self, world: Optional[World] = None) -> Iterator[dict[str, Any]]:
+    def iterate(self, world: Optional[World] = None,
+                columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
         """Start the next pass and return an iterator over this reader's share of it.
 
         ``world`` defaults to :meth:`detect_world`. The pass is the pending resumption
         point if :meth:`load_state_dict` was called, else the next epoch from its start.
         Samples come in global steps of ``batch_size * ranks``; this reader yields its
-        ``batch_size`` slice of each. A subclass that overrides ``__getitem__`` or
-        ``get_item`` (to transform samples) has each sample fetched through it.
+        ``batch_size`` slice of each. ``columns``: decode only these. A subclass that
+        overrides ``__getitem__`` or ``get_item`` (to transform samples) has each sample
+        fetched through it (``columns`` then keeps those keys of its samples).
         """
+        self._check_columns(columns)
         die_with_parent()
         world = world or self.detect_world()
         if self.batch_size is None and (world.readers > 1 or world.workers > 1):
             self._warn_unset_batch_size(_ONE_PER_STEP)
         current = self._order.begin(world)
         if self._overridden_getitem():
-            return self._custom_samples(current)
+            return self._custom_samples(current, columns)
         if self.remote is not None:
-            return self._cached_samples(current)
-        return self._local_samples(current)
+            return self._cached_samples(current, columns)
+        return self._local_samples(current, columns)
 
     def iterate_batches(self, world: Optional[World] = None,
                         columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
@@ -332,15 +337,21 @@ class StreamingDataset(PassReading, IndexBatches):
             raise InvalidArgumentError(
                 f"the streams have different columns or encodings ({sorted(layouts)}), so their samples cannot "
                 "share column batches; iterate samples and collate them yourself (a collate_fn)")
-        if columns is not None:
-            unknown = sorted(set(columns) - set(self.column_names))
-            if unknown:
-                raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        self._check_columns(columns)
         if self._overridden_getitem():
             raise InvalidArgumentError(
                 f"{type(self).__name__} overrides __getitem__ or get_item, which column batches would bypass; "
                 "iterate samples instead (iter(ds), or StreamingDataLoader with batch_decode=False)"
             )
+
+    def _check_columns(self, columns: Optional[Sequence[str]]) -> None:
+        if columns is None:
+            return
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns={columns!r} must be a list of column names, e.g. [{columns!r}]")
+        unknown = sorted(set(columns) - set(self.column_names))
+        if unknown:
+            raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
 
     def _stream_layouts(self) -> set:
         """The distinct (columns, encodings) of the streams (one entry without streams)."""
@@ -353,10 +364,11 @@ class StreamingDataset(PassReading, IndexBatches):
         cls = type(self)
         return cls.__getitem__ is not StreamingDataset.__getitem__ or cls.get_item is not StreamingDataset.get_item
 
-    def _custom_samples(self, current) -> Iterator[Any]:
+    def _custom_samples(self, current, columns=None) -> Iterator[Any]:
         """Plan order through the subclass's ``__getitem__`` or ``get_item`` (shards still fetched ahead)."""
         cls = type(self)
-        fetch = self.__getitem__ if cls.__getitem__ is not StreamingDataset.__getitem__ else self.get_item
+        made = self.__getitem__ if cls.__getitem__ is not StreamingDataset.__getitem__ else self.get_item
+        fetch = made if columns is None else (lambda i: _only(made(i), columns))
         if self.remote is None:
             for _, ids in current.plan.iter_worker(current.world, current.start):
                 for i in ids.ravel().tolist():
@@ -461,6 +473,20 @@ class StreamingDataset(PassReading, IndexBatches):
 
 
 register_iterable(StreamingDataset)
+
+
+def _outside_level() -> int:
+    """The ``stacklevel`` of a warning that points at the first caller outside shardstream."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _only(sample: Any, columns: Sequence[str]) -> Any:
+    """The ``columns`` of a sample a subclass made (as it is, if it is not a dict)."""
+    return {k: v for k, v in sample.items() if k in columns} if isinstance(sample, dict) else sample
 
 
 def _refuse_unsafe(shards: list[ShardInfo]) -> None:
