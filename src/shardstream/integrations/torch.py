@@ -107,12 +107,12 @@ class StreamingDataLoader(DataLoader):
         # per-sample dicts of the dataset's own columns are stacked into the batch path's column batch
         stack = (not batch_decode and collate_fn is None and not own_samples and bool(dataset.shards)
                  and len(dataset._stream_layouts()) == 1)
-        if collate_fn is None:
-            check_ragged(dataset, columns, ragged)
+        convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
+        check_ragged(dataset, columns, ragged, convert)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
-        self._convert = collate_fn is None and (self.batch_decode or stack)
+        self._convert = convert
         self._ragged = ragged
         self._pin = pin_memory
         self._consumed = Consumed(dataset)

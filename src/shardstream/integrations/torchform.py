@@ -60,11 +60,12 @@ def torch_batch(batch: dict[str, Any], pin: bool, ragged: str) -> dict[str, Any]
     return out
 
 
-def check_ragged(dataset, columns: Optional[Sequence[str]], ragged: str) -> None:
-    """Refuse a ``ragged`` form that is unknown, or whose ``name_lengths`` key is a column already."""
+def check_ragged(dataset, columns: Optional[Sequence[str]], ragged: str, converted: bool) -> None:
+    """Refuse a ``ragged`` form that is unknown or, for ``converted`` batches, whose ``name_lengths``
+    key is a column already."""
     if ragged not in RAGGED_FORMS:
         raise InvalidArgumentError(f"ragged={ragged!r} is not one of {', '.join(map(repr, RAGGED_FORMS))}")
-    if ragged != "pad" or not dataset.shards:
+    if ragged != "pad" or not converted or not dataset.shards:
         return
     names = set(dataset.column_names)
     for name, kind, _ in shard_kinds(dataset.shards[0], columns):
