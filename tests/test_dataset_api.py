@@ -136,7 +136,7 @@ def test_missing_batch_size_on_several_ranks_warns_what_happens(path):
     with pytest.warns(UserWarning, match="built without batch_size") as record:
         got = [s["id"] for s in ds]
     message = str(record[0].message)
-    assert "1 sample(s) per rank x 3 rank(s)" in message and "this epoch 51 samples (the dataset has 50)" in message
+    assert "1 sample(s) per rank x 3 rank(s)" in message and "an epoch of 50 samples is read as 51" in message
     assert "mosaicml-streaming refuses" in message and len(got) == 17
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -147,3 +147,11 @@ def test_missing_batch_size_in_one_process_stays_quiet(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [s["id"] for s in StreamingDataset(local=path)] == list(range(N))
+
+
+def test_the_warning_leaves_the_plan_of_the_world_iterated_alone(path):
+    world = World(num_nodes=2, node=1)  # not the world detected in this process (one node)
+    quiet = StreamingDataset(local=path, batch_size=1)
+    with pytest.warns(UserWarning, match="built without batch_size"):
+        got = [s["id"] for s in StreamingDataset(local=path).iterate(world)]
+    assert got == [s["id"] for s in quiet.iterate(world)]

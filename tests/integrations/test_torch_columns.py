@@ -157,5 +157,5 @@ def test_adopting_the_loaders_batch_size_says_so(varied):
     ds = StreamingDataset(local=varied, shuffle=True)
     with pytest.warns(UserWarning, match="built without batch_size, so it takes the loader's batch_size=4") as rec:
         loader = StreamingDataLoader(ds, batch_size=BS)
-    assert f"makes this epoch 32 samples (the dataset has {N})" in str(rec[0].message)
+    assert f"an epoch of {N} samples is read as 32" in str(rec[0].message)
     assert sum(len(b["id"]) for b in loader) == 32

@@ -174,19 +174,19 @@ class StreamingDataset(PassReading, IndexBatches):
             self.predownload = default_predownload(batch_size, self._average)
         self._warn_unset_batch_size(f"it takes the loader's batch_size={batch_size}")
 
-    def _warn_unset_batch_size(self, what: str) -> None:
+    def _warn_unset_batch_size(self, what: str, world: Optional[World] = None) -> None:
         """Say once what a dataset built without ``batch_size`` does where it matters: several ranks or
         DataLoader workers, or a loader's batch adopted (mosaicml-streaming refuses such a dataset)."""
         if self.__dict__.get("_warned_batch_size"):
             return
         self._warned_batch_size = True
-        world = self.detect_world()
-        end = self._order.epoch_plan(None, world).end  # as planned for this world
-        per = self.batch_size or 1
+        ranks = (world or self.detect_world()).readers
+        per, size, tail = self.batch_size or 1, self.epoch_size, self.options.epoch_tail
+        steps = -(-size // (per * ranks)) if tail == "pad" else size // (per * ranks)
         warnings.warn(
             f"StreamingDataset was built without batch_size, so {what}: the epoch is planned in global steps of "
-            f"{per} sample(s) per rank x {world.readers} rank(s), and epoch_tail={self.options.epoch_tail!r} "
-            f"makes this epoch {end} samples (the dataset has {self.epoch_size}). mosaicml-streaming refuses a "
+            f"{per} sample(s) per rank x {ranks} rank(s), and with epoch_tail={tail!r} an epoch of {size} "
+            f"samples is read as {steps * per * ranks} (whole global steps). mosaicml-streaming refuses a "
             "dataset without batch_size; pass StreamingDataset(..., batch_size=N), the per-device batch of your "
             "training loop, to plan the epoch and its checkpoints in the steps you train with",
             stacklevel=_outside_level())
@@ -303,7 +303,7 @@ class StreamingDataset(PassReading, IndexBatches):
         die_with_parent()
         world = world or self.detect_world()
         if self.batch_size is None and (world.readers > 1 or world.workers > 1):
-            self._warn_unset_batch_size(_ONE_PER_STEP)
+            self._warn_unset_batch_size(_ONE_PER_STEP, world)
         current = self._order.begin(world)
         if self._overridden_getitem():
             return self._custom_samples(current, columns)
@@ -323,7 +323,7 @@ class StreamingDataset(PassReading, IndexBatches):
         die_with_parent()
         world = world or self.detect_world()
         if self.batch_size is None and (world.readers > 1 or world.workers > 1):
-            self._warn_unset_batch_size(_ONE_PER_STEP)
+            self._warn_unset_batch_size(_ONE_PER_STEP, world)
         current = self._order.begin(world)
         if self.remote is not None:
             return self._cached_batches(current, columns)
