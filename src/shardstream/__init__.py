@@ -1,20 +1,26 @@
 """shardstream: stream MDS datasets far larger than memory into training loops."""
 
 from .errors import (
+    CacheDirectoryError,
+    CacheLimitError,
     CorruptIndexError,
     CorruptShardError,
+    DownloadError,
     EncodeError,
     HashMismatchError,
     IncompatibleStateError,
     IndexNotFoundError,
     InvalidArgumentError,
     MissingDependencyError,
+    NotADatasetError,
     NotYetSupportedError,
     OutputExistsError,
     OutputWriteError,
+    RemoteChangedError,
     SampleIndexError,
     ShardNotFoundError,
     ShardstreamError,
+    UnknownKeywordError,
     UnsafeEncodingError,
     UnsafePathError,
     UnsupportedFormatError,
@@ -40,7 +46,8 @@ __all__ = [
     "inspect_dataset", "verify_dataset", "VerifyReport", "encoding_names", "ShardstreamError", "CorruptIndexError", "CorruptShardError",
     "EncodeError", "HashMismatchError", "IncompatibleStateError", "IndexNotFoundError", "InvalidArgumentError",
     "MissingDependencyError", "NotYetSupportedError", "OutputExistsError", "OutputWriteError", "SampleIndexError",
-    "ShardNotFoundError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
+    "ShardNotFoundError", "UnknownKeywordError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
+    "CacheDirectoryError", "NotADatasetError", "RemoteChangedError", "DownloadError", "CacheLimitError",
     "UploadError", "WriterError", "__version__",
 ]
 

@@ -118,3 +118,7 @@ class CacheLimitError(InvalidArgumentError):
 class CacheDirectoryError(ShardstreamError, FileExistsError):
     """``local=`` already holds something other than the cache of this ``remote`` (another dataset,
     or another remote's cache); the message names both and the fix."""
+
+
+class UnknownKeywordError(ShardstreamError, TypeError):
+    """A keyword argument that the function does not take; the message names the closest one it does."""

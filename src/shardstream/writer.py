@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 from .errors import InvalidArgumentError
 from .format.index import INDEX_BASENAME
 from .format.writer import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT, ShardWriter
+from .keywords import checked_keywords
 from .storage.fs import is_remote, split_protocol
 from .storage.staging import Staging
 from .storage.upload import Uploader
@@ -54,6 +55,7 @@ class MDSWriter(ShardWriter):
                 out.write(sample)
     """
 
+    @checked_keywords()
     def __init__(
         self,
         *,

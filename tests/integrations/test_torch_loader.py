@@ -30,7 +30,7 @@ from shardstream import (  # noqa: E402
     StreamingDataset,
     World,
 )
-from shardstream.integrations.torch import StreamingDataLoader, collates_alike  # noqa: E402
+from shardstream.integrations.torch import StreamingDataLoader  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -279,7 +279,6 @@ def test_batch_path_gives_what_default_collate_gives(typed, num_workers):
 
 def test_batch_path_with_columns(ragged):
     ds = make(ragged)
-    assert not collates_alike(ds) and collates_alike(ds, ["id", "x"])
     loader = StreamingDataLoader(ds, batch_size=BS, num_workers=2, columns=["id", "x"], multiprocessing_context="fork")
     assert loader.batch_decode
     batches = list(loader)
@@ -290,14 +289,15 @@ def test_batch_path_with_columns(ragged):
         assert torch.equal(b["x"], b["id"].to(torch.uint8)[:, None].expand(BS, 4))
 
 
-def test_variable_length_column_falls_back_to_per_sample(tmp_path):
-    # equal lengths, so default_collate can stack them; the column is still variable-length
+def test_variable_length_column_of_equal_rows_is_padded_with_lengths(tmp_path):
+    # equal lengths, so default_collate could stack them; the column is still variable-length
     samples = [{"id": i, "tokens": np.full(3, i, np.int32)} for i in range(16)]
     path = _write(str(tmp_path / "ds"), {"id": "int", "tokens": "ndarray:int32"}, samples, 200)
     loader = StreamingDataLoader(make(path), batch_size=BS, num_workers=2, multiprocessing_context="fork")
-    assert loader.batch_decode is False
+    assert loader.batch_decode is True
     batches = list(loader)
     assert all(isinstance(b["tokens"], torch.Tensor) and b["tokens"].shape == (BS, 3) for b in batches)
+    assert all(torch.equal(b["tokens_lengths"], torch.full((BS,), 3)) for b in batches)
     assert [int(i) for b in batches for i in b["id"]] == reference(path)[0]
     for b in batches:
         assert torch.equal(b["tokens"], b["id"].to(torch.int32)[:, None].expand(BS, 3))
@@ -332,7 +332,8 @@ def test_overridden_getitem_falls_back_to_per_sample_through_it(plain, cls):
 
 def test_forced_batch_decode_gives_ragged_tensors(ragged):
     ds = make(ragged)
-    loader = StreamingDataLoader(ds, batch_size=BS, num_workers=2, batch_decode=True, multiprocessing_context="fork")
+    loader = StreamingDataLoader(ds, batch_size=BS, num_workers=2, batch_decode=True, ragged="ragged",
+                                 multiprocessing_context="fork")
     batches = list(loader)
     rows = {}
     for b in batches:

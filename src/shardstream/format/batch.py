@@ -291,7 +291,11 @@ def column_kinds(reader: ShardReader, columns: Optional[Sequence[str]] = None) -
     """``(name, kind, detail)`` per column, kind as :func:`decode_batch` returns it: ``array``
     (numeric and fixed-shape; detail ``(dtype, shape)``), ``ragged`` (variable-length typed
     arrays; detail the dtype) or ``list`` (detail None)."""
-    info = reader.info
+    return shard_kinds(reader.info, columns)
+
+
+def shard_kinds(info, columns: Optional[Sequence[str]] = None) -> list[tuple[str, str, Any]]:
+    """:func:`column_kinds` from a shard's index entry (a ``ShardInfo``; no shard opened)."""
     out = []
     for name, enc, fixed in zip(info.column_names, info.encodings, info.column_sizes):
         if columns is not None and name not in columns:

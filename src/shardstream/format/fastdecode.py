@@ -14,7 +14,7 @@ raises :class:`CorruptShardError`.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -50,8 +50,12 @@ def make_sample_decoder(
     mv: memoryview,
     base: int,
     corrupt: Callable[[str], Exception],
+    wanted: Optional[frozenset] = None,
 ) -> tuple[Callable[[int, int], dict], Callable[[int], dict]]:
-    """Build ``decode(begin, end)`` and ``get(i)`` for samples stored in ``mv`` (whose address is ``base``)."""
+    """Build ``decode(begin, end)`` and ``get(i)`` for samples stored in ``mv`` (whose address is ``base``).
+
+    ``wanted``: decode only these columns (the others are skipped, their sizes still checked).
+    """
     n_var = sum(1 for s in sizes if s is None)
     env: dict[str, Any] = {
         "mv": mv, "corrupt": corrupt, "CorruptShardError": CorruptShardError,
@@ -73,6 +77,8 @@ def make_sample_decoder(
         else:
             lines.append(f"        p{k + 1} = p{k} + {size}")
         a, z = f"p{k}", f"p{k + 1}"
+        if wanted is not None and name not in wanted:
+            continue
         if type(enc) is Int:
             expr = f"_q(mv, {a})[0]"
         elif type(enc) is Str:

@@ -12,7 +12,7 @@ import json
 import mmap
 import os
 import struct
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -42,6 +42,8 @@ class ShardReader:
         base = np.frombuffer(self.mv, np.uint8).ctypes.data if len(self.mv) else 0
         self.decode_at, self.get_unchecked = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
                                              self.mv, base, self._corrupt)
+        self._base = base
+        self._subsets: dict[tuple, tuple] = {}  # columns -> (decode_at, get_unchecked) of those columns
 
     def _corrupt(self, what: str) -> CorruptShardError:
         return CorruptShardError(
@@ -89,11 +91,24 @@ class ShardReader:
         begin, end = _PAIR.unpack_from(self.mv, 4 + 4 * i)
         return self.decode_at(begin, end)
 
-    def iter_range(self, start: int = 0, stop: Optional[int] = None) -> Iterator[dict[str, Any]]:
-        """Samples ``start..stop-1`` in order."""
+    def iter_range(self, start: int = 0, stop: Optional[int] = None,
+                   columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
+        """Samples ``start..stop-1`` in order (with only ``columns`` decoded, if given)."""
         stop = self.samples if stop is None else stop
         offs = self.offsets[start:stop + 1].tolist()
-        return map(self.decode_at, offs[:-1], offs[1:])
+        return map(self.decoders(columns)[0], offs[:-1], offs[1:])
+
+    def decoders(self, columns: Optional[Sequence[str]] = None) -> tuple[Callable, Callable]:
+        """``(decode_at(begin, end), get_unchecked(i))`` that decode only ``columns`` (all if None)."""
+        if columns is None:
+            return self.decode_at, self.get_unchecked
+        key = tuple(columns)
+        pair = self._subsets.get(key)
+        if pair is None:
+            info = self.info
+            pair = self._subsets[key] = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
+                                                            self.mv, self._base, self._corrupt, frozenset(key))
+        return pair
 
     def __len__(self) -> int:
         return self.samples

@@ -13,9 +13,11 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
   epochs restarts persistent workers so that they see it.
 - A batch path (``batch_decode``): workers decode each step's samples at once into
   column arrays instead of collating per-sample dicts; the main process turns the
-  arrays into tensors without copying. It is on by default when it gives what
-  ``default_collate`` would (numeric and fixed-shape array columns, ``str`` and
-  ``bytes`` as lists) and no ``collate_fn`` is given.
+  arrays into tensors without copying. It is on by default unless a ``collate_fn`` is
+  given or a dataset subclass makes its own samples.
+- Batches in one form on every path without a ``collate_fn``, whatever the columns:
+  variable-length arrays padded with their lengths, images and other values as lists
+  (see :mod:`.torchform`).
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterator, Optional, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..errors import InvalidArgumentError
-from ..format.batch import Ragged
+from ..format.batch import shard_kinds
+from ..keywords import checked_keywords
 from ..loader.batches import Consumed
-
-_BYTES_LIKE = ("str", "bytes")
+from ..loader.options import check_batch_size
+from .torchform import StackSamples, check_ragged, torch_batch
 
 
 class StepBatches(IterableDataset):
@@ -45,55 +47,41 @@ class StepBatches(IterableDataset):
         return self.dataset.iterate_batches(columns=self.columns)
 
 
+class PassSamples(IterableDataset):
+    """A dataset's epochs as samples with only ``columns`` decoded (see ``StreamingDataset.iterate``)."""
+
+    def __init__(self, dataset, columns: Sequence[str]) -> None:
+        self.dataset = dataset
+        self.columns = list(columns)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.dataset.iterate(columns=self.columns)
+
+
 def keep(batch):
     """The identity collate: a step's column batch crosses to the main process as numpy arrays."""
     return batch
-
-
-def to_torch(batch: Any, pin: bool = False) -> Any:
-    """numpy arrays -> tensors sharing their memory (recursively through dicts, lists, Ragged)."""
-    if isinstance(batch, np.ndarray):
-        t = torch.from_numpy(batch) if batch.dtype != object else batch
-        return t.pin_memory() if pin and isinstance(t, torch.Tensor) else t
-    if isinstance(batch, dict):
-        return {k: to_torch(v, pin) for k, v in batch.items()}
-    if isinstance(batch, Ragged):
-        return Ragged(to_torch(batch.values, pin), to_torch(np.asarray(batch.offsets), pin), batch.shapes)
-    if isinstance(batch, tuple):
-        return tuple(to_torch(v, pin) for v in batch)
-    return batch
-
-
-def collates_alike(dataset, columns: Optional[Sequence[str]] = None) -> bool:
-    """True if decoding whole steps gives what ``default_collate`` gives for per-sample dicts."""
-    if dataset._overridden_getitem() or not dataset.shards:
-        return False
-    wanted = None if columns is None else set(columns)
-    shard = dataset.shards[0]  # every shard of a dataset has the same columns
-    for name, enc, fixed in zip(shard.column_names, shard.encodings, shard.column_sizes):
-        if wanted is not None and name not in wanted:
-            continue
-        array = enc.np_dtype is not None and enc.shape is not None and fixed is not None
-        if not (array or enc.name in _BYTES_LIKE):
-            return False
-    return True
 
 
 class StreamingDataLoader(DataLoader):
     """A DataLoader over a :class:`~shardstream.StreamingDataset` with checkpointable state.
 
     ``batch_size`` is the per-device batch; it must equal the dataset's ``batch_size``
-    (adopted from here when the dataset was built without one). ``batch_decode``:
-    ``None`` (decode whole steps when equivalent, see the module docstring), ``True``
-    (always; variable-length array columns arrive as :class:`~shardstream.Ragged` of
-    tensors, other columns as lists, and a ``collate_fn`` receives the numpy column
-    batch), or ``False`` (per-sample dicts through ``collate_fn`` or ``default_collate``).
-    ``columns`` limits the batch path to those columns.
+    (adopted from here, with a warning, when the dataset was built without one).
+    ``batch_decode``: ``None`` (decode whole steps unless a ``collate_fn`` is given or a
+    subclass makes its own samples), ``True`` (always; a ``collate_fn`` receives the numpy
+    column batch), or ``False`` (per-sample dicts, through ``collate_fn`` if given).
+    Without a ``collate_fn`` every path gives the batches of :mod:`.torchform`;
+    ``ragged`` picks the form of variable-length array columns: ``"pad"`` (a padded
+    tensor plus ``name_lengths``) or ``"ragged"`` (a :class:`~shardstream.Ragged` of
+    tensors). A subclass's own samples go through ``default_collate``. ``columns``:
+    decode only those columns, on every path.
     """
 
+    @checked_keywords(DataLoader.__init__)
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,
-                 columns: Optional[Sequence[str]] = None, **kwargs) -> None:
+                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", **kwargs) -> None:
         if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "_order"):
             raise InvalidArgumentError(
                 f"StreamingDataLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}; "
@@ -107,18 +95,25 @@ class StreamingDataLoader(DataLoader):
                 )
         if kwargs.get("in_order") is False:
             raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1 (the per-device batch)")
+        check_batch_size(batch_size)
+        dataset._check_columns(columns)
+        own_samples = dataset._overridden_getitem()  # a subclass's samples, whose keys are its own
         if batch_decode is None:
             if collate_fn is None and len(dataset._stream_layouts()) > 1:
                 dataset._check_batchable(columns)  # refuses, saying the streams have different columns
-            batch_decode = collate_fn is None and collates_alike(dataset, columns)
+            batch_decode = collate_fn is None and not own_samples and bool(dataset.shards)
         elif batch_decode:
             dataset._check_batchable(columns)
+        # per-sample dicts of the dataset's own columns are stacked into the batch path's column batch
+        stack = (not batch_decode and collate_fn is None and not own_samples and bool(dataset.shards)
+                 and len(dataset._stream_layouts()) == 1)
+        convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
+        check_ragged(dataset, columns, ragged, convert)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
-        self._convert = self.batch_decode and collate_fn is None
+        self._convert = convert
+        self._ragged = ragged
         self._pin = pin_memory
         self._consumed = Consumed(dataset)
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
@@ -127,8 +122,11 @@ class StreamingDataLoader(DataLoader):
             super().__init__(StepBatches(dataset, columns), batch_size=None, num_workers=num_workers,
                              collate_fn=collate_fn or keep, pin_memory=False, **kwargs)
         else:
-            super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, collate_fn=collate_fn,
-                             pin_memory=pin_memory, **kwargs)
+            if stack:
+                collate_fn = StackSamples(shard_kinds(dataset.shards[0], columns))
+            super().__init__(dataset if columns is None else PassSamples(dataset, columns), batch_size=batch_size,
+                             num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory and not stack,
+                             **kwargs)
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -150,7 +148,7 @@ class StreamingDataLoader(DataLoader):
         pin = self._pin and torch.cuda.is_available()
         for batch in it:
             self._consumed.batches += 1
-            yield to_torch(batch, pin) if self._convert else batch
+            yield torch_batch(batch, pin, self._ragged) if self._convert else batch
         self._consumed.finished = True
 
     def _drop_workers(self) -> None:

@@ -5,7 +5,10 @@ Nothing here imports torch itself, so numpy and JAX users never pay for the impo
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
+
+_DATASET_MODULE = "torch.utils.data.dataset"
 
 
 def worker_info() -> tuple[int, int] | None:
@@ -32,15 +35,70 @@ def distributed_world() -> tuple[int, int] | None:
     return int(dist.get_rank()), int(dist.get_world_size())
 
 
-def register_iterable(cls: type) -> None:
-    """Make ``isinstance(x, torch.utils.data.IterableDataset)`` true for instances of ``cls``,
-    so a plain DataLoader treats them as iterable datasets (no-op unless torch is imported)."""
-    if "torch" not in sys.modules:
-        return
-    from torch.utils.data import IterableDataset
+_pending: list[type] = []  # classes to register once torch.utils.data is imported
 
-    if not issubclass(cls, IterableDataset):
-        IterableDataset.register(cls)
+
+def register_iterable(cls: type) -> None:
+    """Make ``isinstance(x, torch.utils.data.IterableDataset)`` true for instances of ``cls``
+    (and of its subclasses), so a plain DataLoader treats them as iterable datasets.
+
+    If torch is not imported yet, the registration happens right after
+    ``torch.utils.data.dataset`` is imported, whenever that is: the order of imports does
+    not matter.
+    """
+    module = sys.modules.get("torch.utils.data.dataset")
+    iterable = getattr(module, "IterableDataset", None)
+    if iterable is not None:
+        _register(iterable, cls)
+        return
+    if cls not in _pending:
+        _pending.append(cls)
+    if not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())
+
+
+def _register(iterable: type, cls: type) -> None:
+    if not issubclass(cls, iterable):
+        iterable.register(cls)
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of ``torch.utils.data.dataset`` so that the classes
+    waiting in ``_pending`` are registered as soon as that module has run, then leaves ``sys.meta_path``."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _DATASET_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenRegister(spec.loader)
+                return spec
+        return None
+
+
+class _ThenRegister(importlib.abc.Loader):
+    """A module loader that runs the wrapped one, then registers the pending classes."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterAfterImport)]
+        iterable = getattr(module, "IterableDataset", None)
+        if iterable is not None:
+            while _pending:
+                _register(iterable, _pending.pop(0))
+
+    def __getattr__(self, name: str):  # get_source, get_resource_reader ... of the wrapped loader
+        return getattr(self.loader, name)
 
 
 _PR_SET_PDEATHSIG = 1

@@ -14,6 +14,8 @@ optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
@@ -22,14 +24,15 @@ import numpy as np
 import xxhash
 
 from ..errors import InvalidArgumentError, SampleIndexError, UnsafeEncodingError
-from ..format.batch import concat_batches, decode_batch, decode_range
 from ..format.index import ShardInfo
 from ..format.reader import ShardReader, open_shard
+from ..keywords import checked_keywords
 from ..plan import World
 from ..units import parse_bytes, parse_count
 from .options import DatasetOptions
 from .mixorder import mix_order
 from .order import Order
+from .indexbatches import IndexBatches
 from .passes import PassReading
 from .prefetch import default_predownload
 from .stream import (Stream, WeightSchedule, check_streams, described, open_source, open_sources, shard_set,
@@ -39,9 +42,11 @@ from ..integrations.torchenv import die_with_parent, register_iterable
 
 
 _HELD_SHARDS = 8  # shards of a remote dataset kept pinned for random access (fewer if cache_limit needs)
+_ONE_PER_STEP = ("each step holds 1 sample per rank (DataLoader workers take turns by steps, so a DataLoader "
+                 "batch of several samples is not a run of the plan)")
 
 
-class StreamingDataset(PassReading):
+class StreamingDataset(PassReading, IndexBatches):
     """An MDS dataset read from ``local`` (optionally its ``split`` subdirectory).
 
     Samples are dicts of column -> value. ``len(ds)`` is the number of samples;
@@ -50,6 +55,7 @@ class StreamingDataset(PassReading):
     the next epoch in plan order; :meth:`batches` yields column arrays in index order.
     """
 
+    @checked_keywords()
     def __init__(
         self,
         *,
@@ -160,12 +166,30 @@ class StreamingDataset(PassReading):
         return self.num_samples / max(len(self.shards), 1)
 
     def _adopt_batch_size(self, batch_size: int) -> None:
-        """Take a loader's per-device ``batch_size`` when the dataset was built without one."""
+        """Take a loader's per-device ``batch_size`` when the dataset was built without one (with a warning)."""
         self.batch_size = batch_size
         self.options = dataclasses.replace(self.options, batch_size=batch_size)
         self._order.options = self.options
         if self._default_predownload:
             self.predownload = default_predownload(batch_size, self._average)
+        self._warn_unset_batch_size(f"it takes the loader's batch_size={batch_size}")
+
+    def _warn_unset_batch_size(self, what: str, world: Optional[World] = None) -> None:
+        """Say once what a dataset built without ``batch_size`` does where it matters: several ranks or
+        DataLoader workers, or a loader's batch adopted (mosaicml-streaming refuses such a dataset)."""
+        if self.__dict__.get("_warned_batch_size"):
+            return
+        self._warned_batch_size = True
+        ranks = (world or self.detect_world()).readers
+        per, size, tail = self.batch_size or 1, self.epoch_size, self.options.epoch_tail
+        steps = -(-size // (per * ranks)) if tail == "pad" else size // (per * ranks)
+        warnings.warn(
+            f"StreamingDataset was built without batch_size, so {what}: the epoch is planned in global steps of "
+            f"{per} sample(s) per rank x {ranks} rank(s), and with epoch_tail={tail!r} an epoch of {size} "
+            f"samples is read as {steps * per * ranks} (whole global steps). mosaicml-streaming refuses a "
+            "dataset without batch_size; pass StreamingDataset(..., batch_size=N), the per-device batch of your "
+            "training loop, to plan the epoch and its checkpoints in the steps you train with",
+            stacklevel=_outside_level())
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -264,22 +288,28 @@ class StreamingDataset(PassReading):
         """The world this process reads as (see :mod:`shardstream.loader.world`)."""
         return detect_world(self.options.replication, explicit=self.world, parent=self._parent_world)
 
-    def iterate(self, world: Optional[World] = None) -> Iterator[dict[str, Any]]:
+    def iterate(self, world: Optional[World] = None,
+                columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
         """Start the next pass and return an iterator over this reader's share of it.
 
         ``world`` defaults to :meth:`detect_world`. The pass is the pending resumption
         point if :meth:`load_state_dict` was called, else the next epoch from its start.
         Samples come in global steps of ``batch_size * ranks``; this reader yields its
-        ``batch_size`` slice of each. A subclass that overrides ``__getitem__`` or
-        ``get_item`` (to transform samples) has each sample fetched through it.
+        ``batch_size`` slice of each. ``columns``: decode only these. A subclass that
+        overrides ``__getitem__`` or ``get_item`` (to transform samples) has each sample
+        fetched through it (``columns`` then keeps those keys of its samples).
         """
+        self._check_columns(columns)
         die_with_parent()
-        current = self._order.begin(world or self.detect_world())
+        world = world or self.detect_world()
+        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
+            self._warn_unset_batch_size(_ONE_PER_STEP, world)
+        current = self._order.begin(world)
         if self._overridden_getitem():
-            return self._custom_samples(current)
+            return self._custom_samples(current, columns)
         if self.remote is not None:
-            return self._cached_samples(current)
-        return self._local_samples(current)
+            return self._cached_samples(current, columns)
+        return self._local_samples(current, columns)
 
     def iterate_batches(self, world: Optional[World] = None,
                         columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
@@ -291,7 +321,10 @@ class StreamingDataset(PassReading):
         """
         self._check_batchable(columns)  # before the pass begins, so a refused call leaves a pending resume alone
         die_with_parent()
-        current = self._order.begin(world or self.detect_world())
+        world = world or self.detect_world()
+        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
+            self._warn_unset_batch_size(_ONE_PER_STEP, world)
+        current = self._order.begin(world)
         if self.remote is not None:
             return self._cached_batches(current, columns)
         return self._local_batches(current, columns)
@@ -304,15 +337,21 @@ class StreamingDataset(PassReading):
             raise InvalidArgumentError(
                 f"the streams have different columns or encodings ({sorted(layouts)}), so their samples cannot "
                 "share column batches; iterate samples and collate them yourself (a collate_fn)")
-        if columns is not None:
-            unknown = sorted(set(columns) - set(self.column_names))
-            if unknown:
-                raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
+        self._check_columns(columns)
         if self._overridden_getitem():
             raise InvalidArgumentError(
                 f"{type(self).__name__} overrides __getitem__ or get_item, which column batches would bypass; "
                 "iterate samples instead (iter(ds), or StreamingDataLoader with batch_decode=False)"
             )
+
+    def _check_columns(self, columns: Optional[Sequence[str]]) -> None:
+        if columns is None:
+            return
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns={columns!r} must be a list of column names, e.g. [{columns!r}]")
+        unknown = sorted(set(columns) - set(self.column_names))
+        if unknown:
+            raise InvalidArgumentError(f"columns {unknown} are not in this dataset (it has {list(self.column_names)})")
 
     def _stream_layouts(self) -> set:
         """The distinct (columns, encodings) of the streams (one entry without streams)."""
@@ -325,10 +364,11 @@ class StreamingDataset(PassReading):
         cls = type(self)
         return cls.__getitem__ is not StreamingDataset.__getitem__ or cls.get_item is not StreamingDataset.get_item
 
-    def _custom_samples(self, current) -> Iterator[Any]:
+    def _custom_samples(self, current, columns=None) -> Iterator[Any]:
         """Plan order through the subclass's ``__getitem__`` or ``get_item`` (shards still fetched ahead)."""
         cls = type(self)
-        fetch = self.__getitem__ if cls.__getitem__ is not StreamingDataset.__getitem__ else self.get_item
+        made = self.__getitem__ if cls.__getitem__ is not StreamingDataset.__getitem__ else self.get_item
+        fetch = made if columns is None else (lambda i: _only(made(i), columns))
         if self.remote is None:
             for _, ids in current.plan.iter_worker(current.world, current.start):
                 for i in ids.ravel().tolist():
@@ -379,15 +419,15 @@ class StreamingDataset(PassReading):
 
     @next_epoch.setter
     def next_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidArgumentError(f"next_epoch={epoch!r} must be an int >= 0")
-        self._order.next_epoch = epoch
-        self._order.pending = None
-        self._order.current = None
+        self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass run ``epoch`` from its start (like ``DistributedSampler.set_epoch``)."""
-        self.next_epoch = epoch
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidArgumentError(f"set_epoch({epoch!r}): the epoch must be an int >= 0")
+        self._order.next_epoch = epoch
+        self._order.pending = None
+        self._order.current = None
 
     def epoch_plan(self, epoch: Optional[int] = None, world: Optional[World] = None):
         """The :class:`~shardstream.plan.EpochPlan` of ``epoch`` (default: the next) for ``world``."""
@@ -417,51 +457,6 @@ class StreamingDataset(PassReading):
         cur = self._order.current
         return cur.world if cur is not None else self.detect_world()
 
-    # -- batches --------------------------------------------------------------------
-    def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
-        """Decode the samples at global ``indices`` into column arrays (see :mod:`shardstream.format.batch`)."""
-        idx = np.asarray(indices, np.int64)
-        if idx.ndim != 1:
-            raise InvalidArgumentError(f"indices must be 1-D, got shape {idx.shape}")
-        idx = np.where(idx < 0, idx + self.num_samples, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.num_samples):
-            raise SampleIndexError(f"indices must be in [-{self.num_samples}, {self.num_samples})")
-        shards = np.searchsorted(self._ends_array, idx, side="right")
-        starts = self._starts_array
-        if idx.size == 0:
-            return decode_batch(self.reader(0), idx, columns) if self.shards else {}
-        # Decode runs of indices that fall in the same shard, in the requested order.
-        cuts = np.flatnonzero(np.diff(shards)) + 1
-        parts = []
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(idx)]):
-            s = int(shards[lo])
-            parts.append(decode_batch(self.reader(s), idx[lo:hi] - starts[s], columns))
-        return concat_batches(parts)
-
-    def batches(self, batch_size: Optional[int] = None, columns: Optional[Sequence[str]] = None,
-                drop_last: bool = False, start: int = 0) -> Iterator[dict[str, Any]]:
-        """Yield consecutive batches of ``batch_size`` samples as column arrays, in order."""
-        bs = batch_size or self.batch_size
-        if not bs or bs < 1:
-            raise InvalidArgumentError(f"batch_size must be a positive int, got {bs!r}")
-        n = self.num_samples
-        for lo in range(start, n, bs):
-            hi = min(lo + bs, n)
-            if hi - lo < bs and drop_last:
-                return
-            yield self._range_batch(lo, hi, columns)
-
-    def _range_batch(self, lo: int, hi: int, columns) -> dict[str, Any]:
-        parts = []
-        shard = bisect_right(self._ends, lo)
-        while lo < hi:
-            base = self._starts[shard]
-            stop = min(hi, self._ends[shard])
-            parts.append(decode_range(self.reader(shard), lo - base, stop - base, columns))
-            lo = stop
-            shard += 1
-        return concat_batches(parts)
-
     # -- pickling (DataLoader workers re-open shards on their side) ------------------
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -478,6 +473,20 @@ class StreamingDataset(PassReading):
 
 
 register_iterable(StreamingDataset)
+
+
+def _outside_level() -> int:
+    """The ``stacklevel`` of a warning that points at the first caller outside shardstream."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _only(sample: Any, columns: Sequence[str]) -> Any:
+    """The ``columns`` of a sample a subclass made (as it is, if it is not a dict)."""
+    return {k: v for k, v in sample.items() if k in columns} if isinstance(sample, dict) else sample
 
 
 def _refuse_unsafe(shards: list[ShardInfo]) -> None:

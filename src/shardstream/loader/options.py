@@ -12,6 +12,17 @@ from ..plan import TAILS as EPOCH_TAILS
 PARTITION_ALGOS = ("orig", "relaxed")
 SAMPLING_METHODS = ("balanced", "fixed")
 BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
+MAX_BATCH = 2**30  # samples of one device batch: a step's positions alone would take 8 GiB beyond it
+
+
+def check_batch_size(batch_size, what: str = "batch_size") -> None:
+    """A per-device batch: an int in [1, 2**30] (a step's samples are decoded at once in memory)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgumentError(f"{what}={batch_size!r} must be an int >= 1 (samples per device per step)")
+    if batch_size > MAX_BATCH:
+        raise InvalidArgumentError(
+            f"{what}={batch_size} is more samples than one step can hold in memory (at most 2**30 = {MAX_BATCH}); "
+            "it is the per-device batch, the samples one rank receives per step: use the size of your training batch")
 
 
 def _choice(name: str, value, allowed) -> None:
@@ -54,7 +65,8 @@ class DatasetOptions:
         _positive("predownload", self.predownload, zero=True)
         _positive("sampling_granularity", self.sampling_granularity, allow_none=False)
         _positive("num_canonical_nodes", self.num_canonical_nodes)
-        _positive("batch_size", self.batch_size)
+        if self.batch_size is not None:
+            check_batch_size(self.batch_size)
         _positive("shuffle_block_size", self.shuffle_block_size)
         _positive("replication", self.replication)
         _choice("sampling_method", self.sampling_method, SAMPLING_METHODS)

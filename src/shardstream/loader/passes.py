@@ -28,20 +28,28 @@ class PassReading:
         shards = np.searchsorted(self._ends_array, flat, side="right")
         return flat, shards, flat - self._starts_array[shards]
 
-    def _local_samples(self, current) -> Iterator[dict[str, Any]]:
-        getters = self._getters
+    def _local_samples(self, current, columns=None) -> Iterator[dict[str, Any]]:
+        """Samples of a local dataset (with only ``columns`` decoded, if given)."""
+        getters = self._getters if columns is None else [None] * len(self.shards)  # of those columns, this pass
+
+        def opener(shard: int):
+            if columns is None:
+                return self._open_getter(shard)
+            getters[shard] = self.reader(shard).decoders(columns)[1]
+            return getters[shard]
+
         for _, ids in current.plan.iter_worker(current.world, current.start):
             flat, shards, local = self._locate(ids)
             bounds = long_runs(flat, shards)
             if bounds is not None:  # long runs of consecutive samples: decode them in order
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
                     first = int(local[lo])
-                    for sample in self.reader(int(shards[lo])).iter_range(first, first + hi - lo):
+                    for sample in self.reader(int(shards[lo])).iter_range(first, first + hi - lo, columns):
                         current.yielded += 1
                         yield sample
                 continue
             for shard, off in zip(shards.tolist(), local.tolist()):
-                get = getters[shard] or self._open_getter(shard)
+                get = getters[shard] or opener(shard)
                 sample = get(off)
                 current.yielded += 1
                 yield sample
@@ -88,12 +96,12 @@ class PassReading:
         shards, whole = upcoming_shards(current.plan.iter_worker(current.world, current.start), self._locate)
         warn_if_too_small(self.cache_limit, shards, self.predownload, sizes, whole, fixed, self.shuffle)
 
-    def _cached_samples(self, current) -> Iterator[dict[str, Any]]:
+    def _cached_samples(self, current, columns=None) -> Iterator[dict[str, Any]]:
         """Samples of a remote dataset: shards are downloaded ahead (see :mod:`.prefetch`)."""
         held = {"own": None}  # a shard pinned beyond the limit, kept until the loop leaves it
         try:
             for chunk, pinned in self._prefetched(current):
-                yield from self._chunk_samples(current, chunk, pinned, held)
+                yield from self._chunk_samples(current, chunk, pinned, held, columns)
         finally:
             if held["own"] is not None:
                 self._cache.unpin(held["own"])
@@ -122,14 +130,14 @@ class PassReading:
             for lo in range(0, len(ids), rows):
                 yield Chunk(*self._locate(ids[lo:lo + rows]))
 
-    def _chunk_samples(self, current, chunk: Chunk, pinned: set, held: dict) -> Iterator[dict[str, Any]]:
+    def _chunk_samples(self, current, chunk: Chunk, pinned: set, held: dict, columns) -> Iterator[dict[str, Any]]:
         """Decode one prepared chunk. A shard that was not pinned ahead (no room under
         ``cache_limit`` then) is pinned here: for the rest of the chunk if it fits under the
         limit, else only while the loop stays on it (so one such shard at a time goes over)."""
         cache = self._cache
-        getters = {shard: cache.reader(shard).get_unchecked for shard in pinned}
+        getters = {shard: cache.reader(shard).decoders(columns)[1] for shard in pinned}
         if held["own"] is not None and held["own"] not in getters:
-            getters[held["own"]] = cache.reader(held["own"]).get_unchecked
+            getters[held["own"]] = cache.reader(held["own"]).decoders(columns)[1]
         kept: list[int] = []
 
         def miss(shard: int):  # pin a shard that was not prepared ahead
@@ -138,7 +146,7 @@ class PassReading:
                 held["own"] = shard
             else:
                 kept.append(shard)
-            getters[shard] = cache.reader(shard).get_unchecked
+            getters[shard] = cache.reader(shard).decoders(columns)[1]
             return getters[shard]
 
         def leave(shard: int) -> None:  # the loop moved past an over-the-limit shard
@@ -156,7 +164,7 @@ class PassReading:
                     if shard not in getters:
                         miss(shard)
                     first = int(chunk.local[lo])
-                    for sample in cache.reader(shard).iter_range(first, first + hi - lo):
+                    for sample in cache.reader(shard).iter_range(first, first + hi - lo, columns):
                         current.yielded += 1
                         yield sample
                 return
@@ -198,7 +206,7 @@ def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[
     grouped, at = shards[order], local[order]
     cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
     if (cuts.size + 1) * 8 > len(shards):  # few samples per shard: decode per sample, then stack
-        getters = {s: reader(s).get_unchecked for s in set(shards.tolist())}
+        getters = {s: reader(s).decoders(columns)[1] for s in set(shards.tolist())}
         samples = [getters[s](i) for s, i in zip(shards.tolist(), local.tolist())]
         return stack_samples(samples, column_kinds(reader(int(shards[0])), columns))
     # decode each shard's samples at once, then put the rows back in step order

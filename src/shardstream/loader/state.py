@@ -76,7 +76,7 @@ def parse_state(obj: dict, settings: dict, dataset: dict) -> ResumePoint:
     if "version" not in obj:
         raise IncompatibleStateError(
             "the state has no 'version' key, so it was not made by shardstream's state_dict(); the order of "
-            "another library's epoch cannot be continued exactly. Start the epoch afresh (set next_epoch) instead"
+            "another library's epoch cannot be continued exactly. Start the epoch afresh instead: ds.set_epoch(epoch)"
         )
     if obj["version"] != STATE_VERSION:
         raise IncompatibleStateError(

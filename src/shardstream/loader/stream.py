@@ -27,6 +27,7 @@ import os
 from ..errors import CacheLimitError, InvalidArgumentError, NotADatasetError
 from ..format.hashing import check_hash
 from ..format.index import read_index
+from ..keywords import checked_keywords
 from ..plan.mix import SCHEDULE_KINDS, Schedule
 from ..storage.cache import ShardCache
 from ..storage.claim import within
@@ -48,6 +49,7 @@ class Stream:
     ``choose`` filled in for epoch 0, and ``samples``, the stream's own size.
     """
 
+    @checked_keywords()
     def __init__(self, *, remote: Optional[str] = None, local: Optional[str] = None, split: Optional[str] = None,
                  proportion: Optional[float] = None, repeat: Optional[float] = None,
                  choose: Optional[int | str] = None, download_retry: Optional[int] = None,
