@@ -17,8 +17,8 @@ then runs in a fresh subprocess, one after the other (never two at once):
   batches (worker start-up, prefetch fill); *epoch* samples/s runs from ``iter(loader)`` to
   the last batch. Every epoch is checked (sample count, sum of the labels, sum of ``x[:, 0]``).
   shardstream runs its batch path (``batch_decode=None``, the default: workers decode whole
-  steps into column arrays), its per-sample path (``batch_decode=False``: per-sample dicts
-  through ``default_collate``) and the batch path with ``persistent_workers=True``.
+  steps into column arrays), its per-sample path (``batch_decode=False``: per-sample dicts,
+  stacked in the workers into the same batches) and the batch path with ``persistent_workers=True``.
 - *Resumption* (shardstream vs mosaicml-streaming, shuffled): one process per library runs a
   whole epoch through the loader and records ``loader.state_dict()`` after 10 %, 50 % and 90 %
   of it, with the batch that follows; shardstream's resumption state is
@@ -85,7 +85,7 @@ CASES = {
 SETTINGS = {
     "shardstream": "batch path (`batch_decode=None`, default)",
     "shardstream-persistent": "batch path, `persistent_workers=True`",
-    "shardstream-per-sample": "per-sample dicts + `default_collate` (`batch_decode=False`)",
+    "shardstream-per-sample": "per-sample dicts, stacked in the worker (`batch_decode=False`)",
     "mosaic": "`StreamingDataLoader`, defaults",
     "litdata": "`StreamingDataLoader`, defaults",
 }
@@ -698,8 +698,9 @@ def markdown(R: dict) -> str:
                    "cores, the loader cannot deliver more than 2 s / (main + workers) batches per second). "
                    "shardstream's batch path: each worker "
                    "decodes a whole step into numpy column arrays and the main process wraps them as tensors "
-                   "(`torch.from_numpy`, no copy); the per-sample path and both peers collate per-sample dicts "
-                   "with `default_collate` in the workers. *Other processes' CPU*: the CPU time the machine "
+                   "(`torch.from_numpy`, no copy); its per-sample path decodes per-sample dicts and stacks them "
+                   "into the same batches in the workers; both peers collate per-sample dicts with "
+                   "`default_collate` in the workers. *Other processes' CPU*: the CPU time the machine "
                    "spent on anything but the row's process and its workers while the row ran (`/proc/stat` "
                    "minus the row's own user + system time), as a share of all CPUs"
                    + (f"; each measurement started once the CPUs were at most {cfg['max_busy']:.0%} busy over 2 s "

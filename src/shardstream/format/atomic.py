@@ -4,9 +4,10 @@ nothing, never a torn one."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
-from typing import Iterable
+from typing import Any, Iterable, Optional
 
 TMP_PREFIX = ".tmp-"
 
@@ -51,3 +52,20 @@ def atomic_write(path: str, data: bytes | Iterable[bytes], fsync: bool = True) -
         raise
     if fsync:
         _fsync_dir(os.path.dirname(path))
+
+
+def read_json(path: str) -> Optional[Any]:
+    """The JSON value in ``path``; None if it is missing, unreadable or not JSON."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def remove_quietly(path: str) -> None:
+    """Delete ``path`` if it exists; a file already gone (or not deletable) is left to the caller."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -36,11 +36,11 @@ import threading
 from typing import Optional
 
 from ..errors import CacheLimitError, CorruptShardError, DownloadError, HashMismatchError, InvalidArgumentError
-from ..format.atomic import TMP_PREFIX, temp_name
+from ..format.atomic import TMP_PREFIX, remove_quietly, temp_name
 from ..format.index import INDEX_BASENAME, ShardInfo, shard_path
 from ..format.reader import ShardReader, open_shard
 from .digests import CheckedFiles, check_hashes, identity
-from .fetch import Fetcher, _unlink
+from .fetch import Fetcher
 from .held import HeldShards
 from .locks import FileLock, LockTimeout
 
@@ -331,7 +331,7 @@ class ShardCache:
                     if attempt:
                         raise
         finally:
-            _unlink(reservation)
+            remove_quietly(reservation)
 
     def _fetch(self, info) -> None:
         if self.fetcher is None:
@@ -446,9 +446,9 @@ class ShardCache:
             except OSError:
                 names = []
             for n in names:
-                _unlink(os.path.join(head, n))
+                remove_quietly(os.path.join(head, n))
             if not keep_files:
-                _unlink(path)
+                remove_quietly(path)
 
     def evict(self, i: int) -> bool:
         """Delete shard ``i`` unless a process is using it; True if it is gone."""

@@ -26,10 +26,10 @@ import tempfile
 from typing import Optional
 
 from ..errors import CacheDirectoryError, ShardstreamError
-from ..format.atomic import temp_name
+from ..format.atomic import read_json, remove_quietly, temp_name
 from ..format.index import INDEX_BASENAME, loads_index, read_index
 from .cache import MARKER, META
-from .fetch import Fetcher, _unlink
+from .fetch import Fetcher
 from .fs import cache_root, is_remote, local_path
 
 RECORD = "index.source.json"  # where the cached index came from (written by storage/index.py)
@@ -164,13 +164,9 @@ def _write_marker(marker: str, remote: str) -> None:
             if not os.path.exists(marker):
                 os.replace(tmp, marker)
     finally:
-        _unlink(tmp)
+        remove_quietly(tmp)
 
 
 def _read_json(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
-    except (OSError, ValueError):
-        return {}
+    data = read_json(path)
     return data if isinstance(data, dict) else {}

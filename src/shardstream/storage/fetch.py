@@ -18,7 +18,7 @@ import time
 from typing import Optional
 
 from ..errors import DownloadError, HashMismatchError, RemoteChangedError
-from ..format.atomic import temp_name
+from ..format.atomic import remove_quietly, temp_name
 from ..format.hashing import digest_file
 from . import inner_retries
 from .failures import advice, label, permanent, summary
@@ -88,7 +88,7 @@ class Fetcher:
                     os.replace(tmp, dest)
                     return
             finally:
-                _unlink(tmp)
+                remove_quietly(tmp)
         algo, got, want = mismatch
         raise HashMismatchError(
             f"shard {basename!r} from {self.url(basename)}: {algo} digest is {got} but the index says {want}, "
@@ -117,10 +117,10 @@ class Fetcher:
                     self.bytes += got
                 return tmp
             except RemoteChangedError:
-                _unlink(tmp)
+                remove_quietly(tmp)
                 raise
             except Exception as exc:
-                _unlink(tmp)
+                remove_quietly(tmp)
                 why = permanent(exc)
                 if why is not None:
                     raise DownloadError(
@@ -176,10 +176,3 @@ def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
         if got != want:
             return algo, got, want
     return None
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -17,7 +17,7 @@ import time
 from typing import Optional
 
 from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError, NotADatasetError
-from ..format.atomic import atomic_write
+from ..format.atomic import atomic_write, read_json
 from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, not_a_dataset, read_index
 from .cache import META, ShardCache
 from .claim import RECORD, claim
@@ -63,7 +63,7 @@ def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[Sha
     with FileLock(os.path.join(meta, "index.lock")) as lock:
         lock.acquire(True, wait)
         cached = os.path.exists(os.path.join(dirname, INDEX_BASENAME))
-        record = _read_json(record_path) or {}
+        record = read_json(record_path) or {}
         current = "opened" in record and (sig is None or record.get("signature") == sig)
         if cached and (current or (adopted and sig is not None)):
             shards = read_index(dirname)  # adopted: its index.json is the remote's current one, so keep its shards
@@ -122,11 +122,3 @@ def _evict_changed(dirname: str, old: list[ShardInfo], new: list[ShardInfo]) -> 
                 f"the dataset at {dirname} changed on the remote, but a process still uses cached shard "
                 f"{stale[i].raw_data.basename!r} of the old version; stop it, or give this run its own local="
             )
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None

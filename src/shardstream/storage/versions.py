@@ -29,7 +29,7 @@ import shutil
 from typing import Optional
 
 from ..errors import RemoteChangedError
-from ..format.atomic import atomic_write
+from ..format.atomic import atomic_write, read_json, remove_quietly
 
 CLOCK_ALLOWANCE_S = 2.0
 _IDENTITY = {"ETag": "etag", "etag": "etag", "VersionId": "version", "generation": "generation", "md5Hash": "md5"}
@@ -89,7 +89,7 @@ class RemoteVersions:
         Called with the file's exclusive cache lock held."""
         now = object_signature(info)
         path = os.path.join(self.dir, basename.replace("/", "%") + ".json")
-        first = _read(path)
+        first = read_json(path)
         changes = [f"its {key} is {now[key]!r} where it was {first[key]!r} when this cache first downloaded it"
                    for key in ("size", "etag", "version", "generation", "md5", "modified")
                    if first and now.get(key) is not None and first.get(key) is not None and now[key] != first[key]]
@@ -99,7 +99,7 @@ class RemoteVersions:
             changes.append(f"it was modified at {_when(now['modified'])}, after this machine read the index "
                            f"(at {_when(self.opened)})")
         if changes:
-            _unlink(self.index_record)  # the next run reads the index again and drops the old cached files
+            remove_quietly(self.index_record)  # the next run reads the index again and drops the old cached files
             raise RemoteChangedError(
                 f"{basename!r} at {url} changed after this job read the dataset's index: {'; '.join(changes)}. Its "
                 "samples may not be the ones the index describes, so it is not read. Restart the job: it reads "
@@ -116,18 +116,3 @@ def forget(meta: str) -> None:
     """Drop every record of the cache whose metadata directory is ``meta`` (its index was fetched
     again: the files are those of a new version)."""
     shutil.rmtree(os.path.join(meta, "remote"), ignore_errors=True)
-
-
-def _read(path: str) -> Optional[dict]:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (OSError, ValueError):
-        return None
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
