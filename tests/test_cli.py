@@ -193,3 +193,22 @@ def test_progress_and_version(dataset):
 def test_usage_errors(dataset):
     assert cli().returncode == 2
     assert cli("frobnicate", dataset).returncode == 2
+
+
+class _Boom:
+    """Unpickling this writes a file: proof that reading ran code."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_verify_never_unpickles_a_pkl_column(tmp_path, make_dataset):
+    proof = tmp_path / "unpickled"
+    ds = make_dataset(tmp_path, {"id": "int", "obj": "pkl"}, [{"id": 0, "obj": _Boom(str(proof))}])
+    assert not proof.exists()
+    report = shardstream.verify_dataset(ds)
+    assert report.verified and report.samples_decoded == 1
+    assert not proof.exists(), "verify ran code stored in a pkl column"
