@@ -14,6 +14,7 @@ import tempfile
 from typing import Callable, Optional
 
 from .errors import DownloadError, IndexNotFoundError
+from .format.atomic import remove_quietly
 from .format.index import INDEX_BASENAME, ShardInfo, read_index, shard_path
 from .format.inspect import inspect_dataset as _inspect_local
 from .format.verify import VerifyReport, verify_shards
@@ -25,7 +26,7 @@ def _fetch_index(fetcher: Fetcher, dirname: str) -> list[ShardInfo]:
     try:
         fetcher.fetch(INDEX_BASENAME, os.path.join(dirname, INDEX_BASENAME))
     except DownloadError as exc:
-        if isinstance(exc.__cause__, FileNotFoundError):
+        if isinstance(exc.__cause__, FileNotFoundError):  # fsspec's stores raise it for a 404 too
             raise IndexNotFoundError(
                 f"no {INDEX_BASENAME} at {fetcher.url(INDEX_BASENAME)}; is this the dataset directory?"
             ) from None
@@ -66,10 +67,7 @@ def verify_dataset(path: str, decode_samples: bool = True, progress: Optional[Ca
         def release(info: ShardInfo) -> None:
             if not cache:
                 for name in {info.stored.basename, info.raw_data.basename}:
-                    try:
-                        os.unlink(shard_path(dirname, name))
-                    except FileNotFoundError:
-                        pass
+                    remove_quietly(shard_path(dirname, name))
 
         return verify_shards(dirname, shards, decode_samples, progress, fetch, release)
     finally:

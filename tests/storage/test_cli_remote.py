@@ -88,3 +88,9 @@ def test_remote_without_an_index_exits_2(s3_server, s3_bucket, tmp_path):
         proc = cli(command, f"{s3_bucket}/nothing", *options_args(s3_server), env=env, check_rc=2)
         assert proc.stderr.startswith("error: no index.json at ") and "Traceback" not in proc.stderr
     assert os.listdir(env["TMPDIR"]) == []
+
+
+def test_http_remote_without_an_index_is_index_not_found(http_server):
+    """An HTTP store answers a missing index.json with 404: that is "no index", not a download failure."""
+    with pytest.raises(shardstream.IndexNotFoundError, match="no index.json at "):
+        shardstream.inspect_dataset(f"{http_server.url}/nothing")

@@ -14,8 +14,6 @@ optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 import warnings
 from bisect import bisect_right
 from typing import Any, Iterator, Optional, Sequence
@@ -29,6 +27,7 @@ from ..format.reader import ShardReader, open_shard
 from ..keywords import checked_keywords
 from ..plan import World
 from ..units import parse_bytes, parse_count
+from .caller import warn_caller
 from .options import DatasetOptions
 from .mixorder import mix_order
 from .order import Order
@@ -183,13 +182,12 @@ class StreamingDataset(PassReading, IndexBatches):
         ranks = (world or self.detect_world()).readers
         per, size, tail = self.batch_size or 1, self.epoch_size, self.options.epoch_tail
         steps = -(-size // (per * ranks)) if tail == "pad" else size // (per * ranks)
-        warnings.warn(
+        warn_caller(
             f"StreamingDataset was built without batch_size, so {what}: the epoch is planned in global steps of "
             f"{per} sample(s) per rank x {ranks} rank(s), and with epoch_tail={tail!r} an epoch of {size} "
             f"samples is read as {steps * per * ranks} (whole global steps). mosaicml-streaming refuses a "
             "dataset without batch_size; pass StreamingDataset(..., batch_size=N), the per-device batch of your "
-            "training loop, to plan the epoch and its checkpoints in the steps you train with",
-            stacklevel=_outside_level())
+            "training loop, to plan the epoch and its checkpoints in the steps you train with")
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -301,10 +299,7 @@ class StreamingDataset(PassReading, IndexBatches):
         """
         self._check_columns(columns)
         die_with_parent()
-        world = world or self.detect_world()
-        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
-            self._warn_unset_batch_size(_ONE_PER_STEP, world)
-        current = self._order.begin(world)
+        current = self._begin(world)
         if self._overridden_getitem():
             return self._custom_samples(current, columns)
         if self.remote is not None:
@@ -321,13 +316,17 @@ class StreamingDataset(PassReading, IndexBatches):
         """
         self._check_batchable(columns)  # before the pass begins, so a refused call leaves a pending resume alone
         die_with_parent()
-        world = world or self.detect_world()
-        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
-            self._warn_unset_batch_size(_ONE_PER_STEP, world)
-        current = self._order.begin(world)
+        current = self._begin(world)
         if self.remote is not None:
             return self._cached_batches(current, columns)
         return self._local_batches(current, columns)
+
+    def _begin(self, world: Optional[World]):
+        """Start the next pass for ``world`` (default: :meth:`detect_world`)."""
+        world = world or self.detect_world()
+        if self.batch_size is None and (world.readers > 1 or world.workers > 1):
+            self._warn_unset_batch_size(_ONE_PER_STEP, world)
+        return self._order.begin(world)
 
     def _check_batchable(self, columns: Optional[Sequence[str]]) -> None:
         """Refuse column batches that would be wrong: unknown columns, or a subclass whose samples
@@ -474,14 +473,6 @@ class StreamingDataset(PassReading, IndexBatches):
 
 register_iterable(StreamingDataset)
 
-
-def _outside_level() -> int:
-    """The ``stacklevel`` of a warning that points at the first caller outside shardstream."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _only(sample: Any, columns: Sequence[str]) -> Any:

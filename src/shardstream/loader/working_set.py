@@ -11,10 +11,11 @@ plan is cheap to evaluate), so it holds for every algorithm, world and mixture a
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import numpy as np
+
+from .caller import warn_caller
 
 _SAMPLE = 1 << 18  # upcoming positions looked at (the first half are measured exactly)
 
@@ -61,14 +62,12 @@ def warn_if_too_small(limit: Optional[int], shards: np.ndarray, ahead: int, size
         return False
     effect = ("shards are evicted between two of their samples and downloaded again, many times per epoch"
               if limit < core else "downloads ahead evict shards still in use, and some are downloaded again")
-    warnings.warn(
+    warn_caller(
         f"cache_limit={limit} bytes is smaller than this reader's working set: its order reads from up to "
         f"{count} shards at once (those it is between samples of, plus those of the next {ahead} samples it "
         f"downloads ahead), {need} bytes with the index, so {effect}; raise cache_limit to at least {need} bytes "
         "(more when several processes on this machine share the cache), or read from fewer shards at once (a "
-        "smaller shuffle_block_size or num_canonical_nodes)",
-        stacklevel=5,  # the loop that iterates the dataset
-    )
+        "smaller shuffle_block_size or num_canonical_nodes)")
     return True
 
 
