@@ -22,13 +22,14 @@ from .compression import decompress
 from .fastdecode import make_sample_decoder
 from .hashing import digest
 from .index import ShardInfo, shard_path
+from .source import ShardRows
 
 _PAIR = struct.Struct("<II")
 _U32 = struct.Struct("<I")
 Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
 
 
-class ShardReader:
+class ShardReader(ShardRows):
     """Random access to the samples of one uncompressed MDS shard held in ``buf``."""
 
     def __init__(self, info: ShardInfo, buf: Buffer, name: Optional[str] = None) -> None:
@@ -109,6 +110,21 @@ class ShardReader:
             pair = self._subsets[key] = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
                                                             self.mv, self._base, self._corrupt, frozenset(key))
         return pair
+
+    def batch_rows(self, rows, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
+        from .batch import decode_batch
+
+        return decode_batch(self, rows, columns)
+
+    def batch_range(self, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
+        from .batch import decode_range
+
+        return decode_range(self, lo, hi, columns)
+
+    def kinds(self, columns: Optional[Sequence[str]] = None) -> list[tuple[str, str, Any]]:
+        from .batch import shard_kinds
+
+        return shard_kinds(self.info, columns)
 
     def __len__(self) -> int:
         return self.samples
