@@ -112,7 +112,7 @@ def _shardstream_child(config_path: str) -> None:
         log(f"{cfg['name']} ({cfg['phase']}): first sample {res['first_sample_s']:.2f}s")
         common.emit(res, cfg["out"])
         return
-    fetcher = ds._cache.fetcher
+    fetcher = ds.table.stores[0].fetcher
     res.update({"library": "shardstream", "version": shardstream.__version__, "numpy": np.__version__,
                 "python": platform.python_version(), "predownload": ds.predownload,
                 "download_threads": ds.download_threads, "fetched_files": fetcher.files,

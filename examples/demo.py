@@ -192,7 +192,7 @@ def stream_from_s3(src: str, workdir: str) -> None:
 
 def timed_pass(ds: StreamingDataset, label: str) -> None:
     """One pass over ``ds``: time to the first sample, throughput, and what it downloaded."""
-    fetched = ds._cache.fetcher
+    fetched = ds.table.stores[0].fetcher
     files, size = fetched.files, fetched.bytes
     start = time.perf_counter()
     samples = iter(ds)

@@ -5,7 +5,7 @@ installed ``shardstream`` package):
 
 - ``make_dataset(root, columns, samples, subdir="ds", **writer_kwargs) -> str``
   writes ``samples`` with a real :class:`MDSWriter` into ``root/subdir`` and returns
-  that directory;
+  that directory (module-scoped fixtures call ``shardstream.testing.write_dataset``);
 - ``parse_shard(raw: bytes) -> ParsedShard`` parses an uncompressed MDS shard by hand
   with ``struct`` (independently of the library's reader);
 - ``load_index(dirname) -> dict`` is the raw JSON of ``dirname/index.json``;
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardstream import MDSWriter
+from shardstream.testing import write_dataset
 
 
 @pytest.fixture(autouse=True)
@@ -35,11 +35,7 @@ def _private_cache_root(tmp_path_factory, monkeypatch):
 
 
 def _make_dataset(root, columns: dict, samples, subdir: str = "ds", **writer_kwargs) -> str:
-    out = os.path.join(str(root), subdir) if subdir else str(root)
-    with MDSWriter(out=out, columns=columns, **writer_kwargs) as writer:
-        for sample in samples:
-            writer.write(sample)
-    return out
+    return write_dataset(os.path.join(str(root), subdir) if subdir else str(root), columns, samples, **writer_kwargs)
 
 
 @dataclass

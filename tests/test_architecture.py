@@ -30,8 +30,39 @@ def _files(sub: str = "") -> list[pathlib.Path]:
     return sorted((PKG / sub).rglob("*.py"))
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(path: pathlib.Path) -> list[str]:
+    """``module.name`` of every private name (or module) of shardstream that ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = path.relative_to(PKG.parent).with_suffix("").parts[:-node.level]
+                module = ".".join(parts + ((node.module,) if node.module else ()))
+            else:
+                module = node.module or ""
+            if module.split(".")[0] == "shardstream":
+                found += [f"{module}.{a.name}" for a in node.names if any(map(_private, a.name.split(".")))]
+                found += [module] if any(map(_private, module.split("."))) else []
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names
+                      if a.name.split(".")[0] == "shardstream" and any(map(_private, a.name.split(".")))]
+    return found
+
+
 def test_package_has_modules():
     assert len(_files()) > 15  # the walk below must actually see the package
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name that starts with ``_`` is its module's own, free to change: ``from .x import _y`` (or
+    ``from shardstream.x import _y``) ties another module to it. Make the name public, named for what
+    it does, or move it to where both modules use it. (Attribute access such as ``x._y`` is not checked.)"""
+    offenders = sorted(f"{p.relative_to(PKG.parent)}: {name}" for p in _files() for name in _private_imports(p))
+    assert offenders == []
 
 
 def test_only_storage_imports_fsspec():

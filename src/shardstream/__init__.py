@@ -35,8 +35,8 @@ from .loader.batches import BatchLoader
 from .loader.dataset import StreamingDataset
 from .loader.stream import Stream, WeightSchedule
 from .plan import World
-from .merge import merge_index
-from .writer import MDSWriter
+from .writing.merge import merge_index
+from .writing.mdswriter import MDSWriter
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ from shardstream import (
     StreamingDataset,
     World,
 )
-from shardstream.loader.passes import decode_step as _decode_step
+from shardstream.loader.reading import decode_step as _decode_step
 
 N = 150
 BS = 8
@@ -203,17 +203,17 @@ def test_refused_columns_leave_the_pending_state_alone(mixed):
 # -- the step decoder's three strategies ----------------------------------------------------------
 
 def _step(ds, ids, columns=None):
-    _, shards, local = ds._locate(np.asarray(ids, np.int64))
+    _, shards, local = ds.table.locate(np.asarray(ids, np.int64))
     return _decode_step(ds.reader, shards, local, columns)
 
 
 def _shard_ids(ds, shard: int) -> list[int]:
-    start = int(ds._starts[shard])
+    start = int(ds.table.starts[shard])
     return list(range(start, start + ds.shards[shard].samples))
 
 
 def test_decode_step_strategies(mixed, monkeypatch):
-    import shardstream.loader.passes as module
+    import shardstream.loader.reading as module
 
     used = []
     for name in ("stack_samples", "take_rows"):

@@ -17,9 +17,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from shardstream import InvalidArgumentError, MDSWriter, Stream, StreamingDataset, WeightSchedule  # noqa: E402
+from shardstream import InvalidArgumentError, Stream, StreamingDataset, WeightSchedule  # noqa: E402
 from shardstream.errors import IncompatibleStateError  # noqa: E402
 from shardstream.integrations.torch import StreamingDataLoader  # noqa: E402
+from shardstream.testing import write_dataset  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -35,19 +36,13 @@ def _sample(tag: str, i: int) -> dict:
     return {"id": i, "src": tag, "x": np.array([i, ord(tag)], np.int32), "f": np.float32(i / 8)}
 
 
-def _write(out: str, tag: str, n: int, columns: dict = COLUMNS) -> str:
-    with MDSWriter(out=out, columns=columns, size_limit=300) as writer:
-        for i in range(n):
-            sample = _sample(tag, i) if columns is COLUMNS else {"id": i, "src": tag, "extra": i * 10}
-            writer.write(sample)
-    return out
-
-
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("mixed-loader")
-    out = {tag: _write(str(root / tag), tag, n) for tag, n in SIZES.items()}
-    out["d"] = _write(str(root / "d"), "d", 20, {"id": "int", "src": "str", "extra": "int"})
+    out = {tag: write_dataset(root / tag, COLUMNS, (_sample(tag, i) for i in range(n)), size_limit=300)
+           for tag, n in SIZES.items()}
+    out["d"] = write_dataset(root / "d", {"id": "int", "src": "str", "extra": "int"},
+                             ({"id": i, "src": "d", "extra": i * 10} for i in range(20)), size_limit=300)
     for tag, path in out.items():
         assert len(StreamingDataset(local=path).shards) >= 3, tag
     return out

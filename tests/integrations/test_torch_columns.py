@@ -9,20 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from shardstream import InvalidArgumentError, MDSWriter, Ragged, StreamingDataset  # noqa: E402
+from shardstream import InvalidArgumentError, Ragged, StreamingDataset  # noqa: E402
 from shardstream.integrations.torch import StreamingDataLoader  # noqa: E402
+from shardstream.testing import write_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:The given NumPy array is not writable:UserWarning")]
 
 BS = 4
 N = 30
-
-
-def _write(out: str, columns: dict, samples) -> str:
-    with MDSWriter(out=out, columns=columns, size_limit=400) as writer:
-        for sample in samples:
-            writer.write(sample)
-    return out
 
 
 def _sample(i: int) -> dict:
@@ -33,7 +27,7 @@ def _sample(i: int) -> dict:
 @pytest.fixture(scope="module")
 def varied(tmp_path_factory) -> str:
     columns = {"id": "int", "tokens": "ndarray:int32", "text": "str", "meta": "json", "grid": "ndarray:int16"}
-    return _write(str(tmp_path_factory.mktemp("cols") / "varied"), columns, map(_sample, range(N)))
+    return write_dataset(tmp_path_factory.mktemp("cols") / "varied", columns, map(_sample, range(N)), size_limit=400)
 
 
 def make(path: str, cls=StreamingDataset) -> StreamingDataset:
@@ -87,7 +81,7 @@ def test_ragged_form_gives_ragged_tensors_on_the_per_sample_path(varied):
 def test_images_arrive_as_lists_of_pil_images(tmp_path):
     image = pytest.importorskip("PIL.Image")
     samples = ({"id": i, "img": image.new("RGB", (4 + i % 3, 4), (i, 0, 0))} for i in range(12))
-    path = _write(str(tmp_path / "img"), {"id": "int", "img": "png"}, samples)
+    path = write_dataset(tmp_path / "img", {"id": "int", "img": "png"}, samples, size_limit=400)
     for bd in (None, False):
         for batch in StreamingDataLoader(make(path), batch_size=BS, batch_decode=bd):
             assert all(isinstance(img, image.Image) for img in batch["img"])
@@ -98,8 +92,8 @@ def test_images_arrive_as_lists_of_pil_images(tmp_path):
 def undecodable(tmp_path_factory) -> str:
     # a jpeg column holding bytes that are no image: decoding it raises
     samples = ({"id": i, "x": np.full(2, i, np.uint8), "img": b"not a jpeg"} for i in range(N))
-    return _write(str(tmp_path_factory.mktemp("cols") / "undecodable"), {"id": "int", "x": "ndarray:uint8:2",
-                                                                         "img": "jpeg"}, samples)
+    return write_dataset(tmp_path_factory.mktemp("cols") / "undecodable", {"id": "int", "x": "ndarray:uint8:2",
+                                                                           "img": "jpeg"}, samples, size_limit=400)
 
 
 class Doubled(StreamingDataset):
@@ -125,7 +119,8 @@ def test_columns_decode_only_those_columns_on_every_path(undecodable, batch_deco
 
 def test_columns_keep_those_keys_of_a_subclass_samples(tmp_path):
     samples = ({"id": i, "x": np.full(2, i, np.uint8), "img": b"raw"} for i in range(N))
-    path = _write(str(tmp_path / "raw"), {"id": "int", "x": "ndarray:uint8:2", "img": "bytes"}, samples)
+    columns = {"id": "int", "x": "ndarray:uint8:2", "img": "bytes"}
+    path = write_dataset(tmp_path / "raw", columns, samples, size_limit=400)
     loader = StreamingDataLoader(make(path, Doubled), batch_size=BS, columns=["id"])
     assert loader.batch_decode is False
     got = [i for b in loader for i in b["id"].tolist()]
@@ -144,7 +139,8 @@ def test_iterate_with_columns_skips_the_others(undecodable):
 
 def test_a_lengths_key_that_is_a_column_is_refused(tmp_path):
     samples = ({"tokens": np.arange(i + 1, dtype=np.int32), "tokens_lengths": i} for i in range(8))
-    path = _write(str(tmp_path / "clash"), {"tokens": "ndarray:int32", "tokens_lengths": "int"}, samples)
+    columns = {"tokens": "ndarray:int32", "tokens_lengths": "int"}
+    path = write_dataset(tmp_path / "clash", columns, samples, size_limit=400)
     with pytest.raises(InvalidArgumentError, match="'tokens_lengths', which is a column of the dataset"):
         StreamingDataLoader(make(path), batch_size=BS)
     loader = StreamingDataLoader(make(path), batch_size=BS, ragged="ragged")

@@ -25,12 +25,12 @@ import shardstream  # noqa: E402
 from shardstream import (  # noqa: E402
     CorruptShardError,
     InvalidArgumentError,
-    MDSWriter,
     Ragged,
     StreamingDataset,
     World,
 )
 from shardstream.integrations.torch import StreamingDataLoader  # noqa: E402
+from shardstream.testing import write_dataset  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -46,13 +46,6 @@ COLUMNS = {"id": "int", "x": "ndarray:uint8:4", "f": "float32", "s": "str", "b":
 
 # -- datasets --------------------------------------------------------------------------------
 
-def _write(out: str, columns: dict, samples, size_limit: int = 600) -> str:
-    with MDSWriter(out=out, columns=columns, size_limit=size_limit) as writer:
-        for sample in samples:
-            writer.write(sample)
-    return out
-
-
 def _plain_sample(i: int) -> dict:
     return {"id": i, "x": np.full(4, i % 256, np.uint8), "f": np.float32(i / 4), "s": f"s{i}" * (i % 3),
             "b": bytes([i % 256]) * (i % 4)}
@@ -60,7 +53,8 @@ def _plain_sample(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory) -> str:
-    out = _write(str(tmp_path_factory.mktemp("torch") / "plain"), COLUMNS, map(_plain_sample, range(N)))
+    out = write_dataset(tmp_path_factory.mktemp("torch") / "plain", COLUMNS, map(_plain_sample, range(N)),
+                        size_limit=600)
     assert len(StreamingDataset(local=out).shards) >= 6
     return out
 
@@ -70,8 +64,8 @@ def ragged(tmp_path_factory) -> str:
     rng = np.random.default_rng(3)
     samples = [{"id": i, "tokens": rng.integers(-99, 99, int(rng.integers(1, 9))).astype(np.int32),
                 "x": np.full(4, i, np.uint8)} for i in range(40)]
-    return _write(str(tmp_path_factory.mktemp("torch") / "ragged"),
-                  {"id": "int", "tokens": "ndarray:int32", "x": "ndarray:uint8:4"}, samples, 300)
+    return write_dataset(tmp_path_factory.mktemp("torch") / "ragged",
+                         {"id": "int", "tokens": "ndarray:int32", "x": "ndarray:uint8:4"}, samples, size_limit=300)
 
 
 def make(path: str, **kwargs) -> StreamingDataset:
@@ -249,7 +243,7 @@ def typed(tmp_path_factory) -> str:
                     "b": b"\x00" * (i % 3)})
         return out
 
-    return _write(str(tmp_path_factory.mktemp("torch") / "typed"), columns, map(sample, range(30)), 900)
+    return write_dataset(tmp_path_factory.mktemp("torch") / "typed", columns, map(sample, range(30)), size_limit=900)
 
 
 def _same_batches(a, b) -> None:
@@ -292,7 +286,7 @@ def test_batch_path_with_columns(ragged):
 def test_variable_length_column_of_equal_rows_is_padded_with_lengths(tmp_path):
     # equal lengths, so default_collate could stack them; the column is still variable-length
     samples = [{"id": i, "tokens": np.full(3, i, np.int32)} for i in range(16)]
-    path = _write(str(tmp_path / "ds"), {"id": "int", "tokens": "ndarray:int32"}, samples, 200)
+    path = write_dataset(tmp_path / "ds", {"id": "int", "tokens": "ndarray:int32"}, samples, size_limit=200)
     loader = StreamingDataLoader(make(path), batch_size=BS, num_workers=2, multiprocessing_context="fork")
     assert loader.batch_decode is True
     batches = list(loader)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import ALGOS, TAILS, Plan, PlanSpec, World, default_block_size
+from shardstream.plan import EPOCH_TAILS, SHUFFLE_ALGOS, Plan, PlanSpec, World, default_block_size
 
 from .oracle import sample_regions
 
@@ -25,9 +25,9 @@ _sizes = st.one_of(
     st.lists(st.sampled_from([0, 0, 1, 97]), min_size=1, max_size=12),  # mostly empty
 )
 
-_specs = st.builds(PlanSpec, shuffle=st.booleans(), algo=st.sampled_from(ALGOS), seed=st.integers(-(2**70), 2**70),
-                   num_canonical_nodes=st.integers(1, 8), block_size=st.one_of(st.none(), st.integers(1, 64)),
-                   tail=st.sampled_from(TAILS))
+_specs = st.builds(PlanSpec, shuffle=st.booleans(), algo=st.sampled_from(SHUFFLE_ALGOS),
+                   seed=st.integers(-(2**70), 2**70), num_canonical_nodes=st.integers(1, 8),
+                   block_size=st.one_of(st.none(), st.integers(1, 64)), tail=st.sampled_from(EPOCH_TAILS))
 
 
 def _all_ids(ep) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_region_streams_do_not_depend_on_the_global_batch(sizes, spec, epoch, g1
 
 @pytest.mark.parametrize("sizes", [[10], [3, 0, 4, 9], [1] * 37, [0, 0, 25, 0], [100, 1, 1, 1]])
 @pytest.mark.parametrize("g", [1, 2, 3, 7, 16, 64])
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", SHUFFLE_ALGOS)
 def test_no_shuffle_one_region_is_the_natural_order(sizes, g, algo):
     n = sum(sizes)
     ep = Plan(sizes, PlanSpec(shuffle=False, algo=algo, num_canonical_nodes=1)).epoch(3, g)
@@ -127,7 +127,7 @@ def test_no_shuffle_keeps_every_region_in_natural_order(num_canonical_nodes, g):
 
 
 def test_more_canonical_nodes_than_samples():
-    for tail in TAILS:
+    for tail in EPOCH_TAILS:
         ep = Plan([2, 0, 1], PlanSpec(shuffle=True, num_canonical_nodes=8, tail=tail)).epoch(0, 2)
         assert ep.plan.num_regions == 3
         ids = _all_ids(ep)
@@ -154,7 +154,7 @@ def test_sample_ids_keep_shape_and_chunking_changes_nothing():
 
 # -- variation across epochs and seeds, fixed regions -------------------------------------------
 
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", SHUFFLE_ALGOS)
 def test_orders_differ_between_epochs_and_seeds(algo):
     sizes = [40, 0, 25, 60, 33, 17, 50, 45]
     orders = {}
@@ -168,7 +168,7 @@ def test_orders_differ_between_epochs_and_seeds(algo):
     assert tuple(_all_ids(again.epoch(1, 10))) == orders[2, 1]
 
 
-@pytest.mark.parametrize("algo", [a for a in ALGOS if a != "naive"])
+@pytest.mark.parametrize("algo", [a for a in SHUFFLE_ALGOS if a != "naive"])
 @pytest.mark.parametrize("num_canonical_nodes", [2, 4])
 def test_regions_hold_the_same_shards_in_every_epoch(algo, num_canonical_nodes):
     """Node n of P = C nodes reads region n only, and region n's samples do not change between epochs."""

@@ -1,4 +1,4 @@
-"""Mixed epochs: the merge of several streams in closed form (order, windows, progress), and
+"""Mixed epochs: the interleave of several streams in closed form (order, windows, progress), and
 the mixed epoch for every batching method: per-stream counts, per-batch composition, world
 independence, determinism, balanced and fixed sampling, resumption, schedules, laziness."""
 
@@ -12,18 +12,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import TAILS, PlanSpec, World
-from shardstream.plan.merge import Merge
+from shardstream.plan import BATCHING_METHODS, EPOCH_TAILS, PlanSpec, World
+from shardstream.plan.interleave import StreamInterleave
 from shardstream.plan.mix import SCHEDULE_KINDS, Schedule, Warp, apportion
-from shardstream.plan.mixed import METHODS, MixedEpoch, MixSpec, Mixture
+from shardstream.plan.mixed import MixedEpoch, MixSpec, Mixture
 
 PROPS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-# -- Merge ------------------------------------------------------------------------------------------
+# -- StreamInterleave -------------------------------------------------------------------------------
 
-def _merged(m: Merge) -> tuple[np.ndarray, np.ndarray]:
+def _interleaved(m: StreamInterleave) -> tuple[np.ndarray, np.ndarray]:
     """The whole slot sequence, materialised: every element sorted by (due time, stream)."""
     s = np.repeat(np.arange(m.streams), m.counts)
     j = np.concatenate([np.arange(c) for c in m.counts] + [np.zeros(0, np.int64)])
@@ -54,29 +54,29 @@ _MERGES = [
 ]
 
 
-def _merge(counts, key, kind) -> Merge:
+def _interleave(counts, key, kind) -> StreamInterleave:
     if kind is None:
-        return Merge(counts, key)
+        return StreamInterleave(counts, key)
     warp = _warp(kind.rstrip("0"), zero=kind.endswith("0"))
-    return Merge(_matched(counts, warp), key, warp)
+    return StreamInterleave(_matched(counts, warp), key, warp)
 
 
 @pytest.mark.parametrize("counts,key,kind", _MERGES)
-def test_merge_lists_every_element_once_and_in_order(counts, key, kind):
-    m = _merge(counts, key, kind)
+def test_interleave_lists_every_element_once_and_in_order(counts, key, kind):
+    m = _interleave(counts, key, kind)
     s, j = m.locate([0], m.total)
     assert s.shape == j.shape == (1, m.total)
     s, j = s[0], j[0]
     for k, c in enumerate(m.counts):
         assert np.array_equal(j[s == k], np.arange(c))  # elements 0..K_s-1, once each, in order
-    ref_s, ref_j = _merged(m)
+    ref_s, ref_j = _interleaved(m)
     assert np.array_equal(s, ref_s) and np.array_equal(j, ref_j)
 
 
 @pytest.mark.parametrize("counts,key,kind", _MERGES)
-def test_merge_rows_are_slices_of_the_whole_sequence(counts, key, kind):
-    m = _merge(counts, key, kind)
-    ref_s, ref_j = _merged(m)
+def test_interleave_rows_are_slices_of_the_whole_sequence(counts, key, kind):
+    m = _interleave(counts, key, kind)
+    ref_s, ref_j = _interleaved(m)
     total = m.total
     for length in sorted({1, 2, 3, 7, 16, total // 2, total - 1, total} - {0}):
         if length > total:
@@ -93,9 +93,9 @@ def test_merge_rows_are_slices_of_the_whole_sequence(counts, key, kind):
 
 
 @pytest.mark.parametrize("counts,key,kind", _MERGES)
-def test_merge_progress_and_below_count_what_came_before(counts, key, kind):
-    m = _merge(counts, key, kind)
-    ref_s, ref_j = _merged(m)
+def test_interleave_progress_and_below_count_what_came_before(counts, key, kind):
+    m = _interleave(counts, key, kind)
+    ref_s, ref_j = _interleaved(m)
     slots = range(-1, m.total + 2) if kind is None else sorted({-1, 0, 1, m.total - 1, m.total, m.total + 1}
                                                                 | set(range(0, m.total, 17)))
     for slot in slots:
@@ -112,9 +112,9 @@ def test_merge_progress_and_below_count_what_came_before(counts, key, kind):
 
 
 @pytest.mark.parametrize("counts", [[30, 18, 12], [1, 1, 1], [50, 1]])
-def test_merge_due_times(counts):
+def test_interleave_due_times(counts):
     for key in (None, 11):
-        m = Merge(counts, key)
+        m = StreamInterleave(counts, key)
         for s, c in enumerate(counts):
             j = np.arange(c)
             d = m.due(np.full(c, s), j)
@@ -124,13 +124,13 @@ def test_merge_due_times(counts):
                 assert np.allclose(d, (j + 0.5) / c)
         if key is not None:
             assert not np.array_equal(m.due([0] * counts[0], np.arange(counts[0])),
-                                      Merge(counts, key + 1).due([0] * counts[0], np.arange(counts[0])))
+                                      StreamInterleave(counts, key + 1).due([0] * counts[0], np.arange(counts[0])))
 
 
 @PROPS
 @given(counts=st.lists(st.integers(0, 120), min_size=1, max_size=8).filter(lambda c: sum(c) > 0),
        key=st.one_of(st.none(), st.integers(0, 2**64 - 1)), data=st.data())
-def test_merge_windows_follow_constant_weights(counts, key, data):
+def test_interleave_windows_follow_constant_weights(counts, key, data):
     """A window of W slots holds each stream within a fixed bound of W * K_s / M.
 
     With N_s(x) the elements of stream s due before time x, N_s(x) - K_s x lies in
@@ -141,8 +141,8 @@ def test_merge_windows_follow_constant_weights(counts, key, data):
     with p_s = K_s / M, and |n_s - W p_s| <= 2c ((1 - p_s) + p_s (S - 1)) over the S
     streams with elements.
     """
-    m = Merge(counts, key)
-    s, _ = _merged(m)
+    m = StreamInterleave(counts, key)
+    s, _ = _interleaved(m)
     M = m.total
     counts = np.asarray(counts)
     live = int((counts > 0).sum())
@@ -162,11 +162,11 @@ def test_merge_windows_follow_constant_weights(counts, key, data):
     assert np.array_equal(got[0], s[start:start + length])
 
 
-def test_merge_windows_of_few_equal_streams_are_tight():
+def test_interleave_windows_of_few_equal_streams_are_tight():
     """Observed: for three streams the deviation stays within 1.5 with jitter and 0.7 without."""
     for key, limit in ((None, 0.7), (5, 1.5)):
-        m = Merge([300, 300, 300], key)
-        s, _ = _merged(m)
+        m = StreamInterleave([300, 300, 300], key)
+        s, _ = _interleaved(m)
         cum = np.vstack([np.zeros(3, np.int64), np.eye(3, dtype=np.int64)[s].cumsum(0)])
         for w in (3, 8, 32, 100):
             held = cum[w:] - cum[:-w]
@@ -174,12 +174,12 @@ def test_merge_windows_of_few_equal_streams_are_tight():
 
 
 @pytest.mark.parametrize("kind", SCHEDULE_KINDS)
-def test_merge_under_a_warp_puts_each_stream_where_its_weight_is(kind):
+def test_interleave_under_a_warp_puts_each_stream_where_its_weight_is(kind):
     warp = _warp(kind)
     counts = _matched(1200, warp)
     for key in (None, 3):
-        m = Merge(counts, key, warp)
-        s, j = _merged(m)
+        m = StreamInterleave(counts, key, warp)
+        s, j = _interleaved(m)
         a, b = m.locate([0], m.total)
         assert np.array_equal(a[0], s) and np.array_equal(b[0], j)
         # stream s is due at the rate of its weight: its elements due before x number K_s F_s(x), within 1
@@ -197,14 +197,14 @@ def test_merge_under_a_warp_puts_each_stream_where_its_weight_is(kind):
 
 @pytest.mark.parametrize("kind", [None, *SCHEDULE_KINDS])
 @pytest.mark.parametrize("key", [None, 17])
-def test_merge_of_a_trillion_elements_is_consistent(kind, key):
+def test_interleave_of_a_trillion_elements_is_consistent(kind, key):
     """Far beyond what can be materialised: rows agree with progress() at scattered slots."""
     total = 10**12
     if kind is None:
-        m = Merge([total // 2, total // 3, total - total // 2 - total // 3], key)
+        m = StreamInterleave([total // 2, total // 3, total - total // 2 - total // 3], key)
     else:
         warp = _warp(kind)
-        m = Merge(_matched(total, warp), key, Warp(warp.schedule, 0.0, 1000.0))
+        m = StreamInterleave(_matched(total, warp), key, Warp(warp.schedule, 0.0, 1000.0))
     for a in (0, 1, total // 3, total // 2 + 12345, total - 100, total - 64):
         s, j = m.locate([a], 64)
         before = m.progress(a)
@@ -260,7 +260,7 @@ def _wrap(ep: MixedEpoch) -> int:
     return ep.end if ep.method == "stratified" else ep.wrap
 
 
-_GRID = list(itertools.product(METHODS, (False, True), TAILS, (1, 2, 3), ("weights", "choose")))
+_GRID = list(itertools.product(BATCHING_METHODS, (False, True), EPOCH_TAILS, (1, 2, 3), ("weights", "choose")))
 
 
 @pytest.mark.parametrize("method,shuffle,tail,ncn,config", _GRID)
@@ -317,10 +317,10 @@ def test_mixed_epoch_grid(method, shuffle, tail, ncn, config):
         assert np.array_equal(ids, _ids(_epoch(_mixture(method, shuffle, ncn, "pad", config)))[:ep.end])
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("ncn", [1, 3])
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 def test_mixed_epoch_is_the_same_for_every_world(method, shuffle, ncn, tail):
     ep = _epoch(_mixture(method, shuffle, ncn, tail, "choose"), epoch=1)
     whole = _ids(ep)
@@ -335,7 +335,7 @@ def test_mixed_epoch_is_the_same_for_every_world(method, shuffle, ncn, tail):
         assert np.array_equal(got, whole), (nodes, ranks, workers)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("ncn", [1, 2])
 def test_mixed_epochs_are_deterministic_and_differ_between_epochs(method, ncn):
     a = [_ids(_epoch(_mixture(method, True, ncn, "pad", "weights"), e)) for e in range(3)]
@@ -353,9 +353,9 @@ def test_mixed_epochs_are_deterministic_and_differ_between_epochs(method, ncn):
     assert all(np.array_equal(x, plain[0]) for x in plain)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("config", ["weights", "choose"])
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 def test_fixed_sampling_draws_the_same_subset_every_epoch(method, config, tail):
     """Stream 2 is down-sampled (12 of 40, or 25 of 40): fixed sampling reads the same subset in
     every epoch, balanced sampling a new one (the epochs' orders differ in both)."""
@@ -378,8 +378,9 @@ def test_fixed_sampling_draws_the_same_subset_every_epoch(method, config, tail):
 
 @PROPS
 @given(sizes=st.lists(st.lists(st.integers(1, 20), min_size=1, max_size=4), min_size=1, max_size=4),
-       data=st.data(), method=st.sampled_from(METHODS), shuffle=st.booleans(), tail=st.sampled_from(TAILS),
-       g=st.integers(1, 12), epoch=st.integers(0, 3), seed=st.integers(0, 2**40), ncn=st.integers(1, 4))
+       data=st.data(), method=st.sampled_from(BATCHING_METHODS), shuffle=st.booleans(),
+       tail=st.sampled_from(EPOCH_TAILS), g=st.integers(1, 12), epoch=st.integers(0, 3), seed=st.integers(0, 2**40),
+       ncn=st.integers(1, 4))
 def test_mixed_epochs_of_drawn_mixtures(sizes, data, method, shuffle, tail, g, epoch, seed, ncn):
     choose = data.draw(st.lists(st.integers(0, 70), min_size=len(sizes), max_size=len(sizes)).filter(any))
     device = data.draw(st.sampled_from([d for d in range(1, g + 1) if g % d == 0]))
@@ -422,9 +423,9 @@ def test_mixed_epochs_of_drawn_mixtures(sizes, data, method, shuffle, tail, g, e
         assert np.array_equal(got, ids)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("kind", SCHEDULE_KINDS)
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 @pytest.mark.parametrize("ncn", [1, 3])
 def test_scheduled_epochs_with_streams_switched_off(method, kind, tail, ncn):
     """Weights with zeros: a stream with no weight over an epoch gets no sample of it."""
@@ -486,8 +487,8 @@ def _draw_check(ep: MixedEpoch):
 _DRAW_SIZES = [[10, 10, 7], [5, 5], [41]]
 
 
-@pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_each_stream_supplies_exactly_its_draw_with_one_region(method, tail, shuffle):
     for config in ("weights", "choose"):
@@ -496,9 +497,9 @@ def test_each_stream_supplies_exactly_its_draw_with_one_region(method, tail, shu
             _draw_check(_epoch(m, e))
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("ncn", [2, 3])
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 def test_each_stream_supplies_exactly_its_draw_with_several_canonical_nodes(method, ncn, tail):
     """Counts [31, 18, 12] and [50, 12, 25] do not split evenly into 2 or 3 regions (31 and 25 are odd,
     31 and 50 not multiples of 3); a stream's draw must still reach the epoch exactly."""
@@ -507,7 +508,7 @@ def test_each_stream_supplies_exactly_its_draw_with_several_canonical_nodes(meth
             _draw_check(_epoch(_mixture(method, shuffle, ncn, tail, config, sizes=_DRAW_SIZES)))
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", BATCHING_METHODS)
 def test_canonical_nodes_do_not_change_a_mixed_order(method):
     for config in ("weights", "choose"):
         one = _ids(_epoch(_mixture(method, True, 1, "pad", config)))
@@ -546,7 +547,7 @@ def test_one_copy_of_each_stream_reads_each_sample_once(ncn):
 
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("ncn", [1, 2, 3])
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 @pytest.mark.parametrize("config", ["weights", "choose"])
 def test_random_epochs_resume_on_any_global_batch(shuffle, ncn, tail, config):
     m = _mixture("random", shuffle, ncn, tail, config)
@@ -580,7 +581,7 @@ def test_random_epochs_resume_on_any_global_batch(shuffle, ncn, tail, config):
 
 @pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
 @pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("tail", EPOCH_TAILS)
 @pytest.mark.parametrize("ncn", [1, 2])
 def test_batch_methods_resume_on_the_same_unit(method, shuffle, tail, ncn):
     m = _mixture(method, shuffle, ncn, tail, "weights")
@@ -811,7 +812,7 @@ def test_bad_epochs_and_positions_are_rejected():
 
 
 def test_sample_ids_in_any_order_and_shape_agree():
-    for method in METHODS:
+    for method in BATCHING_METHODS:
         ep = _epoch(_mixture(method, True, 2, "pad", "choose"))
         ids = _ids(ep)
         rng = np.random.default_rng(5)

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import ALGOS, Plan, PlanSpec, World
-from shardstream.plan.partition import Interleave
+from shardstream.plan import SHUFFLE_ALGOS, Plan, PlanSpec, World
+from shardstream.plan.partition import RegionInterleave
 
 from .oracle import sample_regions
 
@@ -44,7 +44,7 @@ def _read(ep, world, start=None):
 @PROPS
 @given(regions=st.integers(1, 12), g=st.integers(1, 40), k=st.integers(0, 12))
 def test_interleave_gives_every_region_its_samples_in_order_and_in_step(regions, g, k):
-    sched = Interleave(regions, g)
+    sched = RegionInterleave(regions, g)
     pos = np.arange(k * g)
     c, q = sched.locate(pos // g, pos % g)
     assert ((c >= 0) & (c < regions)).all()
@@ -67,11 +67,12 @@ def test_interleave_gives_every_region_its_samples_in_order_and_in_step(regions,
 @PROPS
 @given(regions=st.integers(1, 12), g=st.integers(1, 40), data=st.data())
 def test_interleave_steps_are_the_fewest_for_pad_and_the_most_for_drop(regions, g, data):
-    sched = Interleave(regions, g)
+    sched = RegionInterleave(regions, g)
     length = data.draw(st.integers(0, 30))
     remaining = length + np.array(data.draw(st.lists(st.integers(0, 2), min_size=regions, max_size=regions)))
-    enough = [k for k in range(200) if (sched.consumed(k) >= remaining).all()]
-    fits = [k for k in range(200) if (sched.consumed(k) <= remaining).all()]
+    steps = range(regions * (int(remaining.max()) + 2))  # a region supplies a sample at least every `regions` steps
+    enough = [k for k in steps if (sched.consumed(k) >= remaining).all()]
+    fits = [k for k in steps if (sched.consumed(k) <= remaining).all()]
     assert sched.steps(remaining, "pad") == enough[0]
     assert sched.steps(remaining, "drop") == fits[-1]
 
@@ -79,7 +80,7 @@ def test_interleave_steps_are_the_fewest_for_pad_and_the_most_for_drop(regions, 
 @pytest.mark.parametrize("regions,g,nodes", [(4, 8, 2), (4, 8, 4), (8, 24, 4), (6, 18, 3), (12, 60, 6), (8, 8, 8),
                                              (2, 6, 2), (9, 27, 3)])
 def test_node_offsets_are_served_by_the_node_regions_only(regions, g, nodes):
-    sched = Interleave(regions, g)
+    sched = RegionInterleave(regions, g)
     k = np.repeat(np.arange(20), g)
     o = np.tile(np.arange(g), 20)
     c, _ = sched.locate(k, o)
@@ -189,7 +190,7 @@ def _node_reads(ep, num_nodes, node, ranks_per_node=2, num_workers=2):
                            if w.node == node])
 
 
-@pytest.mark.parametrize("algo", [a for a in ALGOS if a != "naive"])
+@pytest.mark.parametrize("algo", [a for a in SHUFFLE_ALGOS if a != "naive"])
 @pytest.mark.parametrize("num_canonical_nodes,num_nodes", [(4, 1), (4, 2), (4, 4), (8, 2), (8, 4), (6, 3)])
 @pytest.mark.parametrize("tail", ["pad", "drop"])
 def test_each_node_reads_only_the_shards_of_its_regions(algo, num_canonical_nodes, num_nodes, tail):
@@ -225,7 +226,7 @@ def test_each_node_reads_only_the_shards_of_its_regions(algo, num_canonical_node
         assert total <= num_shards + num_nodes - 1  # only shards on a boundary between nodes are shared
 
 
-@pytest.mark.parametrize("algo", [a for a in ALGOS if a != "naive"])
+@pytest.mark.parametrize("algo", [a for a in SHUFFLE_ALGOS if a != "naive"])
 def test_locality_with_uneven_and_empty_shards(algo):
     sizes = [0, 40, 3, 0, 77, 12, 1, 0, 56, 30, 9, 64, 0, 21]
     plan = Plan(sizes, PlanSpec(shuffle=True, algo=algo, seed=3, num_canonical_nodes=6, block_size=16))

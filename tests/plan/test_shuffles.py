@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardstream.plan import ALGOS, Plan, PlanSpec, interleave_shape
+from shardstream.plan import SHUFFLE_ALGOS, Plan, PlanSpec, interleave_shape
 from shardstream.plan.keyed import hash_index
 from shardstream.plan.shuffle import _key2, shuffle_region
 
 PROPS = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-REGIONAL = [a for a in ALGOS if a != "naive"]
+REGIONAL = [a for a in SHUFFLE_ALGOS if a != "naive"]
 
 
 def region_v(ep, c: int) -> np.ndarray:

@@ -90,21 +90,21 @@ def test_full_epoch_from_file_remote(tmp_path, make_dataset, load_index, compres
     ds = StreamingDataset(remote=url(remote), local=local)
     n_shards = len(load_index(remote)["shards"])
     assert n_shards >= 5
-    assert ds._cache.fetcher.files == 1  # the index only, so far
+    assert ds.table.stores[0].fetcher.files == 1  # the index only, so far
     got = list(ds)
     assert [s["id"] for s in got] == list(range(100))
     for i, s in enumerate(got):
         check_sample(s, i)
-    assert ds._cache.fetcher.files == n_shards + 1
+    assert ds.table.stores[0].fetcher.files == n_shards + 1
     remote_names = sorted(n for n in os.listdir(remote) if n != "index.json")
     fetched = sum(os.path.getsize(os.path.join(remote, n)) for n in remote_names)
-    assert ds._cache.fetcher.bytes == fetched + os.path.getsize(os.path.join(remote, "index.json"))
+    assert ds.table.stores[0].fetcher.bytes == fetched + os.path.getsize(os.path.join(remote, "index.json"))
     raw_names = {e["raw_data"]["basename"] for e in load_index(remote)["shards"]}
     assert shard_files(local) == raw_names  # keep_zip=False: the compressed files are gone
     assert ds.cache_usage == sum(os.path.getsize(os.path.join(local, n)) for n in raw_names) + os.path.getsize(
         os.path.join(local, "index.json"))
     assert [s["id"] for s in ds] == list(range(100))  # a second epoch reads the cache
-    assert ds._cache.fetcher.files == n_shards + 1
+    assert ds.table.stores[0].fetcher.files == n_shards + 1
 
 
 def test_getitem_fetches_only_its_shard(tmp_path, make_dataset) -> None:
@@ -114,11 +114,11 @@ def test_getitem_fetches_only_its_shard(tmp_path, make_dataset) -> None:
     ds = StreamingDataset(remote=url(remote), local=local)
     i = ids_of_shard(ds, 3)[2]
     check_sample(ds[i], i)
-    assert ds._cache.fetcher.files == 2  # index + shard 3
+    assert ds.table.stores[0].fetcher.files == 2  # index + shard 3
     assert shard_files(local) == {ds.shards[3].raw_data.basename}
     j = ids_of_shard(ds, 3)[5]
     check_sample(ds[j], j)  # same shard: nothing more
-    assert ds._cache.fetcher.files == 2
+    assert ds.table.stores[0].fetcher.files == 2
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -140,7 +140,7 @@ def test_rank_fetches_only_shards_with_its_samples(tmp_path, make_dataset, shuff
         needed = {k for k in range(len(ds.shards)) if set(ids_of_shard(ds, k)) & set(ids)}
         assert len(needed) < len(ds.shards)
         assert shard_files(local) == {ds.shards[k].raw_data.basename for k in needed}
-        assert ds._cache.fetcher.files == len(needed) + 1
+        assert ds.table.stores[0].fetcher.files == len(needed) + 1
     assert sorted(seen) == list(range(160))
 
 
@@ -157,7 +157,7 @@ def test_rank_from_environment_fetches_only_its_shards(tmp_path, make_dataset, m
     assert len(ids) == 80
     needed = {k for k in range(len(ds.shards)) if set(ids_of_shard(ds, k)) & set(ids)}
     assert len(needed) < len(ds.shards)
-    assert ds._cache.fetcher.files == len(needed) + 1
+    assert ds.table.stores[0].fetcher.files == len(needed) + 1
 
 
 def test_second_dataset_on_same_local_downloads_nothing(tmp_path, make_dataset) -> None:
@@ -172,8 +172,8 @@ def test_second_dataset_on_same_local_downloads_nothing(tmp_path, make_dataset) 
     for i, s in enumerate(got):
         check_sample(s, i)
     check_sample(second[57], 57)
-    assert second._cache.fetcher.files == 0
-    assert second._cache.fetcher.bytes == 0
+    assert second.table.stores[0].fetcher.files == 0
+    assert second.table.stores[0].fetcher.bytes == 0
 
 
 # -- cache_limit ----------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_cache_limit_bounds_usage_during_an_epoch(tmp_path, make_dataset, load_i
         check_sample(s, i)
     assert max(usage) <= limit + biggest, (max(usage), limit, biggest)
     assert max(on_disk) <= limit + biggest
-    assert ds._cache.fetcher.files >= n_shards + 1
+    assert ds.table.stores[0].fetcher.files >= n_shards + 1
     assert len(shard_files(local)) <= 4 < n_shards  # shards were evicted
     assert ds.cache_usage <= limit
 
@@ -220,7 +220,7 @@ def test_shard_beyond_the_limit_is_downloaded_once_per_pass(tmp_path, make_datas
     assert len(holder.shards) == 6
     for k in (0, 1):
         assert holder.prepare_shard(k)
-        holder._cache.pin(k)
+        holder.table.pin(k)
     try:
         index_bytes = os.path.getsize(os.path.join(local, "index.json"))
         size = max(s.raw_data.bytes for s in holder.shards)
@@ -230,10 +230,10 @@ def test_shard_beyond_the_limit_is_downloaded_once_per_pass(tmp_path, make_datas
         for i, s in enumerate(got):
             check_sample(s, i)
         assert ds.cache_usage <= limit
-        assert ds._cache.fetcher.files == 4, f"{ds._cache.fetcher.files} downloads of 4 shards"
+        assert ds.table.stores[0].fetcher.files == 4, f"{ds.table.stores[0].fetcher.files} downloads of 4 shards"
     finally:
         for k in (0, 1):
-            holder._cache.unpin(k)
+            holder.table.unpin(k)
 
 
 def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path, make_dataset) -> None:
@@ -248,8 +248,8 @@ def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path
     index_bytes = os.path.getsize(os.path.join(local, "index.json"))
     size = max(s.raw_data.bytes for s in probe.shards)
     limit = index_bytes + 2 * size
-    a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
-    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
+    a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
+    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     pinned = [k for k in (0, 1) if a.pin(k)]
     assert pinned == [0, 1]
     peak = probe.cache_usage
@@ -287,7 +287,7 @@ def test_loop_does_not_keep_other_processes_over_limit_shards(tmp_path, make_dat
     options = {"shuffle": True, "shuffle_seed": 3, "predownload": 400}
     order = [s["id"] for s in StreamingDataset(remote=url(remote), local=str(tmp_path / "plan"), **options)]
     shard_of = {i: k for k in range(len(probe.shards)) for i in ids_of_shard(probe, k)}
-    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
+    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     assert b.pin(0) and b.pin(1)
     a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit, **options)
     samples = iter(a)
@@ -327,8 +327,8 @@ def test_room_granted_to_a_download_is_visible_to_other_processes(tmp_path, make
     index_bytes = os.path.getsize(os.path.join(local, "index.json"))
     size = max(s.raw_data.bytes for s in probe.shards)
     limit = index_bytes + 2 * size
-    a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
-    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit)._cache
+    a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
+    b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     materialise = a._materialise
     got_b: list[bool] = []
 
@@ -393,17 +393,17 @@ def test_evict_shard_refuses_while_pinned(tmp_path, make_dataset) -> None:
     path = os.path.join(local, ds.shards[0].raw_data.basename)
     assert ds.prepare_shard(0)
     before = ds.cache_usage
-    ds._cache.pin(0)
+    ds.table.pin(0)
     assert ds.evict_shard(0) is False
     assert os.path.exists(path)
-    ds._cache.unpin(0)
+    ds.table.unpin(0)
     other = StreamingDataset(remote=url(remote), local=local)
-    other._cache.pin(0)
+    other.table.pin(0)
     try:
         assert ds.evict_shard(0) is False
         assert os.path.exists(path)
     finally:
-        other._cache.unpin(0)
+        other.table.unpin(0)
     assert ds.evict_shard(0) is True
     assert not os.path.exists(path)
     assert ds.cache_usage == before - ds.shards[0].raw_data.bytes
@@ -433,7 +433,7 @@ def test_evict_coldest_shard_returns_its_index(tmp_path, make_dataset) -> None:
     for k in (2, 0, 4, 1):
         assert ds.prepare_shard(k)
         time.sleep(0.03)
-    ds._cache.pin(0)
+    ds.table.pin(0)
     try:
         assert ds.evict_coldest_shard() == 2
         assert ds.evict_coldest_shard() == 4  # 0 is colder but pinned
@@ -441,7 +441,7 @@ def test_evict_coldest_shard_returns_its_index(tmp_path, make_dataset) -> None:
         assert ds.evict_coldest_shard() is None
         assert shard_files(local) == {ds.shards[0].raw_data.basename}
     finally:
-        ds._cache.unpin(0)
+        ds.table.unpin(0)
     assert ds.evict_coldest_shard() == 0
     assert shard_files(local) == set()
 
@@ -525,7 +525,7 @@ def test_corrupt_remote_shard_raises_hash_mismatch(tmp_path, make_dataset, compr
     msg = str(exc.value)
     assert info.basename in msg
     assert got_digest in msg and want_digest in msg
-    assert ds._cache.fetcher.files == 1 + 2  # index, then the shard twice
+    assert ds.table.stores[0].fetcher.files == 1 + 2  # index, then the shard twice
     assert not [n for n in cached_names(local) if n.startswith(ds.shards[2].raw_data.basename)
                 or info.basename in n]
     check_sample(ds[ids_of_shard(ds, 1)[0]], ids_of_shard(ds, 1)[0])  # the other shards still work
@@ -629,7 +629,7 @@ def test_default_local_under_cache_dir(tmp_path, make_dataset, monkeypatch) -> N
     again = StreamingDataset(remote=url(a) + "/")
     assert again.local == first.local
     assert [s["id"] for s in again] == list(range(100))
-    assert again._cache.fetcher.files == 0
+    assert again.table.stores[0].fetcher.files == 0
     other = StreamingDataset(remote=url(b))
     assert other.local != first.local
     assert os.path.dirname(other.local) == str(root)

@@ -61,7 +61,7 @@ def test_damaged_cached_shard_is_fetched_again(tmp_path, compression, path):
             check(s, i)
     else:
         assert next(iter(ds.batches(4)))["id"].tolist() == [0, 1, 2, 3]
-    assert ds._cache.fetcher.files == 1  # shard 0 (its compressed file, if any), nothing else
+    assert ds.table.stores[0].fetcher.files == 1  # shard 0 (its compressed file, if any), nothing else
     check(StreamingDataset(local=local, validate_hash="xxh64")[0], 0)  # the file itself is intact again
 
 
@@ -96,4 +96,4 @@ def test_each_cached_file_is_digested_once_per_process(tmp_path, monkeypatch):
     for i in range(N):
         check(ds[i], i)
     assert sorted(calls) == sorted(s.raw_data.basename for s in ds.shards)
-    assert ds._cache.fetcher.files == 0
+    assert ds.table.stores[0].fetcher.files == 0

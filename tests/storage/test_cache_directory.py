@@ -104,7 +104,7 @@ def test_cache_of_another_remote_is_refused(tmp_path):
     assert snapshot(local) == before
     again = StreamingDataset(remote=first, local=local)
     check_epoch(again, 60, "f")
-    assert again._cache.fetcher.files == 0
+    assert again.table.stores[0].fetcher.files == 0
     check_epoch(StreamingDataset(remote=f"file://{first}/", local=local), 60, "f")  # the same, spelt otherwise
 
 
@@ -145,7 +145,7 @@ def test_earlier_mosaic_cache_of_the_same_remote_is_reused(tmp_path):
         shutil.copy(os.path.join(remote, name), os.path.join(local, name))
     ds = StreamingDataset(remote=f"file://{remote}", local=local)
     check_epoch(ds, 60)
-    assert ds._cache.fetcher.files == 1 + len(shards) - len(kept)  # the index once, to compare it
+    assert ds.table.stores[0].fetcher.files == 1 + len(shards) - len(kept)  # the index once, to compare it
     assert sorted(n for n in os.listdir(local) if n.endswith(".mds")) == shards
 
 
@@ -167,7 +167,7 @@ def test_cache_from_before_markers_is_reused(tmp_path):
     before = snapshot(local)
     ds = StreamingDataset(remote=f"file://{remote}", local=local)
     check_epoch(ds, 60)
-    assert ds._cache.fetcher.files == 0
+    assert ds.table.stores[0].fetcher.files == 0
     assert {k: v for k, v in snapshot(local).items() if not k.startswith(".shardstream")} == {
         k: v for k, v in before.items() if not k.startswith(".shardstream")}
 

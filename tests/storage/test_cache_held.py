@@ -42,7 +42,7 @@ def remote(s3_server, s3_bucket, tmp_path):
 
 def bounds(ds) -> tuple[int, int]:
     """(a cache_limit with room for the index and three shards, the largest shard's footprint)."""
-    largest = max(ds._cache.footprint(i) for i in range(len(ds.shards)))
+    largest = max(ds.table.stores[0].footprint(i) for i in range(len(ds.shards)))
     return os.path.getsize(os.path.join(ds.dirname, "index.json")) + 3 * largest, largest
 
 
@@ -98,7 +98,7 @@ def test_random_access_without_a_limit_keeps_recent_shards(remote, s3_server, tm
     ds = open_remote(StreamingDataset, remote, s3_server, tmp_path)
     for i in range(N):
         ds[i]
-    fetched = ds._cache.fetcher.files
+    fetched = ds.table.stores[0].fetcher.files
     for i in range(N - 1, -1, -1):
         assert ds[i]["id"] == i
-    assert ds._cache.fetcher.files == fetched
+    assert ds.table.stores[0].fetcher.files == fetched

@@ -9,30 +9,27 @@ import shutil
 
 import pytest
 
-from shardstream import MDSWriter, StreamingDataset
+from shardstream import StreamingDataset
 from shardstream.errors import DownloadError, IndexNotFoundError, NotADatasetError
+from shardstream.testing import write_dataset
 
 N = 200
 
 
-def _write(root) -> str:
-    out = os.path.join(str(root), "src")
-    with MDSWriter(out=out, columns={"id": "int"}, size_limit=1 << 10, hashes=[]) as w:
-        for i in range(N):
-            w.write({"id": i})
-    return out
+def _source(root) -> str:
+    return write_dataset(root / "src", {"id": "int"}, ({"id": i} for i in range(N)), size_limit=1 << 10, hashes=[])
 
 
 @pytest.fixture
 def http_remote(http_server, tmp_path):
-    shutil.copytree(_write(tmp_path), os.path.join(http_server.root, "data"))
+    shutil.copytree(_source(tmp_path), os.path.join(http_server.root, "data"))
     return f"{http_server.url}/data"
 
 
 @pytest.fixture
 def s3_remote(s3_server, s3_bucket, tmp_path):
     url = f"{s3_bucket}/data"
-    s3_server.upload_dir(_write(tmp_path), url)
+    s3_server.upload_dir(_source(tmp_path), url)
     return url
 
 

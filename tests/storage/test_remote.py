@@ -10,20 +10,19 @@ import shutil
 import numpy as np
 import pytest
 
-from shardstream import MDSWriter, StreamingDataset
+from shardstream import StreamingDataset
 from shardstream.errors import DownloadError, HashMismatchError, IndexNotFoundError
 from shardstream.plan import World
+from shardstream.testing import write_dataset
 
 N = 600
 
 
-def _write(root, compression="zstd", hashes=("xxh64",)) -> str:
-    out = os.path.join(str(root), "src")
-    cols = {"id": "int", "payload": "bytes"}
-    with MDSWriter(out=out, columns=cols, size_limit=1 << 13, compression=compression, hashes=list(hashes)) as w:
-        for i in range(N):
-            w.write({"id": i, "payload": _payload(i)})
-    return out
+COLUMNS = {"id": "int", "payload": "bytes"}
+
+
+def _samples():
+    return ({"id": i, "payload": _payload(i)} for i in range(N))
 
 
 def _payload(i: int) -> bytes:
@@ -41,7 +40,8 @@ def _check_epoch(samples, expected_ids=None) -> list[int]:
 
 @pytest.fixture
 def dataset_dir(tmp_path):
-    return _write(tmp_path)
+    return write_dataset(tmp_path / "src", COLUMNS, _samples(), size_limit=1 << 13, compression="zstd",
+                         hashes=["xxh64"])
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_s3_epoch_matches_local(s3_server, s3_remote, reference, tmp_path):
     ds = StreamingDataset(remote=s3_remote, local=str(tmp_path / "cache"), storage_options=s3_server.storage_options,
                           shuffle=True, batch_size=4)
     _check_epoch(list(ds), reference)
-    assert ds._cache.fetcher.files == len(ds.shards) + 1  # every shard once, plus the index
+    assert ds.table.stores[0].fetcher.files == len(ds.shards) + 1  # every shard once, plus the index
 
 
 def test_s3_endpoint_from_mosaic_env_var(s3_server, s3_remote, reference, tmp_path, monkeypatch):
@@ -120,7 +120,7 @@ def test_a_node_fetches_only_its_own_shards(http_server, http_remote, tmp_path):
                           num_canonical_nodes=2)
     world = World(num_nodes=2, ranks_per_node=1, node=0, local_rank=0, num_workers=1, worker=0, replication=1)
     got = [s["id"] for s in ds.iterate(world)]
-    needed = {int(np.searchsorted(ds._ends_array, i, side="right")) for i in got}
+    needed = {int(np.searchsorted(ds.table.ends_array, i, side="right")) for i in got}
     fetched = {p.rsplit("/", 1)[-1] for p in http_server.faults.requests if "shard" in p}
     assert fetched == {ds.shards[i].stored.basename for i in needed}
     assert len(needed) < len(ds.shards)  # the other node's shards were never downloaded
@@ -195,11 +195,11 @@ def test_corrupt_twice_is_a_hash_mismatch(http_server, http_remote, tmp_path):
     assert "shard.00001.mds.zstd" in msg and want in msg and "xxh64 digest is" in msg
     assert not os.path.exists(tmp_path / "cache" / "shard.00001.mds.zstd")  # nothing damaged is kept
     cached = tmp_path / "cache" / "shard.00001.mds"  # a later prefetch may have fetched a good copy
-    assert not cached.exists() or StreamingDataset(local=str(tmp_path / "cache"))[ds._starts[1]]["id"] == ds._starts[1]
+    assert not cached.exists() or StreamingDataset(local=str(tmp_path / "cache"))[ds.table.starts[1]]["id"] == ds.table.starts[1]
 
 
 def test_corruption_without_recorded_digest_is_caught_and_fetched_again(http_server, tmp_path):
-    src = _write(tmp_path / "plain", compression=None, hashes=())
+    src = write_dataset(tmp_path / "plain" / "src", COLUMNS, _samples(), size_limit=1 << 13, hashes=[])
     shutil.copytree(src, os.path.join(http_server.root, "plain"))
     ds = StreamingDataset(remote=f"{http_server.url}/plain", local=str(tmp_path / "cache"))
     http_server.faults.add("shard.00000", "corrupt")  # flips the first byte: the sample count in the header
@@ -208,7 +208,7 @@ def test_corruption_without_recorded_digest_is_caught_and_fetched_again(http_ser
 
 
 def test_corruption_twice_without_digest_is_an_error(http_server, tmp_path):
-    src = _write(tmp_path / "plain", compression=None, hashes=())
+    src = write_dataset(tmp_path / "plain" / "src", COLUMNS, _samples(), size_limit=1 << 13, hashes=[])
     shutil.copytree(src, os.path.join(http_server.root, "plain"))
     ds = StreamingDataset(remote=f"{http_server.url}/plain", local=str(tmp_path / "cache"))
     http_server.faults.add("shard.00000", "corrupt", "corrupt")

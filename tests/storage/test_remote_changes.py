@@ -11,9 +11,10 @@ import time
 import numpy as np
 import pytest
 
-from shardstream import MDSWriter, StreamingDataset
+from shardstream import StreamingDataset
 from shardstream.errors import RemoteChangedError
 from shardstream.storage import versions
+from shardstream.testing import write_dataset
 
 N = 300
 
@@ -22,12 +23,9 @@ def _payload(i: int, version: int) -> bytes:
     return np.random.default_rng(i + 1_000_000 * version).integers(0, 256, 16 + i % 5, dtype=np.uint8).tobytes()
 
 
-def _write(out, version: int) -> str:
+def _version(version: int):
     """Version ``version`` of the dataset: the same shard sizes (and index) whatever the version."""
-    with MDSWriter(out=str(out), columns={"id": "int", "payload": "bytes"}, size_limit=1 << 10, hashes=[]) as w:
-        for i in range(N):
-            w.write({"id": i + 10_000 * version, "payload": _payload(i, version)})
-    return str(out)
+    return ({"id": i + 10_000 * version, "payload": _payload(i, version)} for i in range(N))
 
 
 def _check(samples, version: int, new_from: int = 0) -> None:
@@ -39,7 +37,8 @@ def _check(samples, version: int, new_from: int = 0) -> None:
 
 @pytest.fixture
 def versions_dirs(tmp_path):
-    old, new = _write(tmp_path / "v0", 0), _write(tmp_path / "v1", 1)
+    columns = {"id": "int", "payload": "bytes"}
+    old, new = (write_dataset(tmp_path / f"v{v}", columns, _version(v), size_limit=1 << 10, hashes=[]) for v in (0, 1))
     with open(os.path.join(old, "index.json"), "rb") as a, open(os.path.join(new, "index.json"), "rb") as b:
         assert a.read() == b.read()  # nothing in the index tells the versions apart
     return old, new

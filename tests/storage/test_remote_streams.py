@@ -16,6 +16,7 @@ import xxhash
 from shardstream import InvalidArgumentError, MDSWriter, Stream, StreamingDataset
 from shardstream.errors import CacheLimitError, DownloadError
 from shardstream.plan import World
+from shardstream.testing import write_dataset
 
 SIZES = {"a": 80, "b": 50, "c": 60}
 COMPRESSION = {"a": "zstd", "b": None, "c": "zstd"}
@@ -25,12 +26,8 @@ def _payload(tag: str, i: int) -> bytes:
     return np.random.default_rng([ord(tag), i]).integers(0, 256, 40 + i % 40, dtype=np.uint8).tobytes()
 
 
-def _write(out: str, tag: str) -> str:
-    columns = {"id": "int", "src": "str", "payload": "bytes"}
-    with MDSWriter(out=out, columns=columns, size_limit=600, compression=COMPRESSION[tag], hashes=["xxh64"]) as w:
-        for i in range(SIZES[tag]):
-            w.write({"id": i, "src": f"stream-{tag}", "payload": _payload(tag, i)})
-    return out
+def _samples(tag: str):
+    return ({"id": i, "src": f"stream-{tag}", "payload": _payload(tag, i)} for i in range(SIZES[tag]))
 
 
 def _keys(samples) -> list[tuple[str, int]]:
@@ -72,7 +69,9 @@ def _disk(dirname: str) -> int:
 
 @pytest.fixture
 def sources(tmp_path) -> dict[str, str]:
-    out = {tag: _write(str(tmp_path / "src" / tag), tag) for tag in SIZES}
+    columns = {"id": "int", "src": "str", "payload": "bytes"}
+    out = {tag: write_dataset(tmp_path / "src" / tag, columns, _samples(tag), size_limit=600,
+                              compression=COMPRESSION[tag], hashes=["xxh64"]) for tag in SIZES}
     for tag, path in out.items():
         assert len(_index(path)) >= 4, tag
     return out

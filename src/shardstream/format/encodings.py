@@ -43,7 +43,7 @@ class Encoding:
         return f"<encoding {self.name}>"
 
 
-def _type_error(enc: Encoding, value: Any, expected: str) -> EncodeError:
+def type_error(enc: Encoding, value: Any, expected: str) -> EncodeError:
     return EncodeError(f"encoding {enc.name!r} expects {expected}, got {type(value).__name__}: {value!r:.80}")
 
 
@@ -54,7 +54,7 @@ class Bytes(Encoding):
         if isinstance(value, (bytearray, memoryview)):
             return bytes(value)
         if not isinstance(value, bytes):
-            raise _type_error(self, value, "bytes")
+            raise type_error(self, value, "bytes")
         return value
 
     def decode(self, data):
@@ -66,7 +66,7 @@ class Str(Encoding):
 
     def encode(self, value):
         if not isinstance(value, str):
-            raise _type_error(self, value, "str")
+            raise type_error(self, value, "str")
         try:
             return value.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -92,7 +92,7 @@ class Int(Encoding):
 
     def encode(self, value):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise _type_error(self, value, "int")
+            raise type_error(self, value, "int")
         try:
             return _INT64.pack(int(value))
         except struct.error:
@@ -122,10 +122,10 @@ class Scalar(Encoding):
     def encode(self, value):
         ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
         if not ok:
-            raise _type_error(self, value, "a number")
+            raise type_error(self, value, "a number")
         if not self._is_float:
             if isinstance(value, (float, np.floating)):
-                raise _type_error(self, value, "an integer")
+                raise type_error(self, value, "an integer")
             lo, hi = self._limits
             if not lo <= int(value) <= hi:
                 raise EncodeError(f"encoding {self.name!r}: {value!r} is outside [{lo}, {hi}]")
@@ -147,7 +147,7 @@ class StrInt(Encoding):
 
     def encode(self, value):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _type_error(self, value, "int")
+            raise type_error(self, value, "int")
         return str(value).encode("utf-8")
 
     def decode(self, data):
@@ -162,7 +162,7 @@ class StrFloat(Encoding):
 
     def encode(self, value):
         if not isinstance(value, float):
-            raise _type_error(self, value, "float")
+            raise type_error(self, value, "float")
         return str(value).encode("utf-8")
 
     def decode(self, data):
@@ -177,7 +177,7 @@ class StrDecimal(Encoding):
 
     def encode(self, value):
         if not isinstance(value, Decimal):
-            raise _type_error(self, value, "decimal.Decimal")
+            raise type_error(self, value, "decimal.Decimal")
         return str(value).encode("utf-8")
 
     def decode(self, data):
@@ -277,7 +277,7 @@ class NDArray(Encoding):
     def _encode_general(self, value):
         if not isinstance(value, np.ndarray):
             if self.dtype is None or isinstance(value, (str, bytes, dict)) or value is None:
-                raise _type_error(self, value, "numpy.ndarray")
+                raise type_error(self, value, "numpy.ndarray")
             value = _as_typed_array(self, value)
         code = _NATIVE_CODE.get(value.dtype)
         if code is None and value.dtype.byteorder == ">":

@@ -9,7 +9,7 @@ from io import BytesIO
 import numpy as np
 
 from ..errors import CorruptShardError, require
-from .encodings import Encoding, _type_error
+from .encodings import Encoding, type_error
 
 
 def _pil():
@@ -20,7 +20,7 @@ def _require_image(enc: Encoding, value):
     """Pillow's Image module, after checking that ``value`` is an image."""
     image = _pil()
     if not isinstance(value, image.Image):
-        raise _type_error(enc, value, "PIL.Image.Image")
+        raise type_error(enc, value, "PIL.Image.Image")
     return image
 
 
@@ -130,7 +130,7 @@ class ImageList(Encoding):
 
     def encode(self, value):
         if not isinstance(value, list):
-            raise _type_error(self, value, "a list of PIL images")
+            raise type_error(self, value, "a list of PIL images")
         return _pack_list([self.inner.encode(v) for v in value])
 
     def decode(self, data):
@@ -146,7 +146,7 @@ class JPEGArray(Encoding):
 
     def encode(self, value):
         if not isinstance(value, (list, tuple)):
-            raise _type_error(self, value, "a list of JPEG bytes or PIL images")
+            raise type_error(self, value, "a list of JPEG bytes or PIL images")
         parts = [bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else JPEG().encode(v) for v in value]
         return b"".join([_U32.pack(len(parts)), np.asarray([len(p) for p in parts], "<u4").tobytes(), *parts])
 

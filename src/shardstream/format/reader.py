@@ -130,7 +130,8 @@ class ShardReader(ShardRows):
         return self.samples
 
 
-def _map(path: str) -> Buffer:
+def map_file(path: str) -> Buffer:
+    """The file at ``path`` mapped read-only (an empty file is empty bytes; a directory is refused)."""
     if os.path.isdir(path):
         raise CorruptShardError(f"{path!r} is a directory, not a shard file; remove it and restore the shard")
     with open(path, "rb") as f:
@@ -168,7 +169,7 @@ def open_shard(
     raw_path = shard_path(dirname, info.raw_data.basename)
     if os.path.exists(raw_path) or info.zip_data is None:
         try:
-            buf = _map(raw_path)
+            buf = map_file(raw_path)
         except FileNotFoundError:
             raise ShardNotFoundError(
                 f"shard {info.raw_data.basename!r} listed in the index is missing from {dirname!r}"
@@ -178,7 +179,7 @@ def open_shard(
         return ShardReader(info, buf)
     zip_path = shard_path(dirname, info.zip_data.basename)
     try:
-        zbuf = _map(zip_path)
+        zbuf = map_file(zip_path)
     except FileNotFoundError:
         raise ShardNotFoundError(
             f"shard {info.zip_data.basename!r} listed in the index is missing from {dirname!r}"
@@ -202,4 +203,4 @@ def open_shard(
             os.unlink(zip_path)
         except OSError:
             pass
-    return ShardReader(info, _map(raw_path))
+    return ShardReader(info, map_file(raw_path))

@@ -10,7 +10,7 @@ from ..errors import CorruptShardError, HashMismatchError, ShardNotFoundError, S
 from .compression import decompress
 from .hashing import digest
 from .index import ShardInfo, read_index, shard_path
-from .reader import ShardReader, _map
+from .reader import ShardReader, map_file
 
 
 @dataclass
@@ -83,7 +83,7 @@ def verify_shard(dirname: str, info: ShardInfo, decode_samples: bool = True) -> 
         path, stored = raw_path, info.raw_data  # only the decompressed copy is present
     if not os.path.exists(path):
         raise ShardNotFoundError(f"missing file {stored.basename!r}")
-    buf = _map(path)
+    buf = map_file(path)
     if len(buf) != stored.bytes:
         raise CorruptShardError(f"{stored.basename!r} is {len(buf)} bytes, the index says {stored.bytes}")
     checked = _check_digests(stored.basename, buf, stored.hashes)

@@ -4,10 +4,11 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
 ``num_workers``, ``persistent_workers``, fork or spawn, ``pin_memory``, any
 ``collate_fn``) and adds:
 
-- ``state_dict()`` / ``load_state_dict()`` that count the batches handed to the loop,
-  not those the workers prefetched, as a global position (every rank receives the
-  same number of batches per step, so each rank computes the same position without
-  talking to the others). The state resumes on any number of nodes, ranks and workers.
+- ``state_dict()`` / ``load_state_dict()`` that record how far the epoch plan was consumed
+  by the batches handed to the loop, not by those the workers prefetched: each batch
+  crosses from its worker stamped with the global plan position after it (see
+  :mod:`shardstream.loader.nodes`), so each rank computes the same position without
+  talking to the others. The state resumes on any number of nodes, ranks and workers.
 - Epochs that advance by themselves: each ``iter(loader)`` runs the next epoch, with
   or without persistent workers; a ``load_state_dict`` or ``set_epoch`` between two
   epochs restarts persistent workers so that they see it.
@@ -23,44 +24,87 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional, Sequence
+from itertools import islice
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, default_collate
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
-from ..format.batch import shard_kinds
 from ..keywords import checked_keywords
-from ..loader.batches import Consumed
+from ..loader.nodes import Consumed, PlanNode, Stamped, stamped
 from ..loader.options import check_batch_size
 from .torchform import StackSamples, check_ragged, torch_batch
 
 
+class TorchStamped(Stamped):
+    """A stamped batch that the DataLoader's pin-memory thread pins like the batch itself."""
+
+    __slots__ = ()
+
+    def pin_memory(self, device=None) -> "TorchStamped":
+        return TorchStamped(_pin_memory(self.item, device), self.position)
+
+
 class StepBatches(IterableDataset):
-    """A dataset's epochs as one column batch per step (see ``StreamingDataset.iterate_batches``)."""
+    """A dataset's epochs as one stamped column batch per step (see ``StreamingDataset.iterate_batches``)."""
 
     def __init__(self, dataset, columns: Optional[Sequence[str]] = None) -> None:
         self.dataset = dataset
         self.columns = None if columns is None else list(columns)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self.dataset.iterate_batches(columns=self.columns)
+    def __iter__(self) -> Iterator[TorchStamped]:
+        columns = self.columns
+        return stamped(self.dataset, lambda ds: ds.iterate_batches(columns=columns), TorchStamped)
 
 
-class PassSamples(IterableDataset):
-    """A dataset's epochs as samples with only ``columns`` decoded (see ``StreamingDataset.iterate``)."""
+class SampleBatches(IterableDataset):
+    """A dataset's epochs as samples collated in the worker, ``batch_size`` at a time, each batch
+    stamped with the plan position after it. The samples are ``iter(dataset)``'s (a subclass's own
+    ``__iter__`` included), or with ``columns`` those of ``dataset.iterate(columns=...)``."""
 
-    def __init__(self, dataset, columns: Sequence[str]) -> None:
+    def __init__(self, dataset, batch_size: int, collate: Callable, columns: Optional[Sequence[str]] = None,
+                 drop_last: bool = False) -> None:
         self.dataset = dataset
-        self.columns = list(columns)
+        self.batch_size = batch_size
+        self.collate = collate
+        self.columns = None if columns is None else list(columns)
+        self.drop_last = drop_last
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self.dataset.iterate(columns=self.columns)
+    def __iter__(self) -> Iterator[TorchStamped]:
+        columns = self.columns
+        node = PlanNode(self.dataset, iter if columns is None else (lambda ds: ds.iterate(columns=columns)))
+        node.reset()  # the pass begins now
+        return self._batches(node)
+
+    def _batches(self, node: PlanNode) -> Iterator[TorchStamped]:
+        items, bs, collate = node.items(), self.batch_size, self.collate
+        try:
+            while True:
+                samples = list(islice(items, bs))
+                if not samples or (len(samples) < bs and self.drop_last):
+                    return
+                yield TorchStamped(collate(samples), node.position())
+                if len(samples) < bs:
+                    return
+        finally:
+            node.close()
 
 
 def keep(batch):
     """The identity collate: a step's column batch crosses to the main process as numpy arrays."""
     return batch
+
+
+class ThroughStamp:
+    """A user's ``collate_fn`` applied to a stamped batch's item (the stamp goes on with the result)."""
+
+    def __init__(self, collate: Callable) -> None:
+        self.collate = collate
+
+    def __call__(self, stamp: TorchStamped) -> TorchStamped:
+        return TorchStamped(self.collate(stamp.item), stamp.position)
 
 
 class StreamingDataLoader(DataLoader):
@@ -82,7 +126,7 @@ class StreamingDataLoader(DataLoader):
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,
                  columns: Optional[Sequence[str]] = None, ragged: str = "pad", **kwargs) -> None:
-        if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "_order"):
+        if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor"):
             raise InvalidArgumentError(
                 f"StreamingDataLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}; "
                 "use torch.utils.data.DataLoader for other datasets"
@@ -96,17 +140,17 @@ class StreamingDataLoader(DataLoader):
         if kwargs.get("in_order") is False:
             raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
         check_batch_size(batch_size)
-        dataset._check_columns(columns)
-        own_samples = dataset._overridden_getitem()  # a subclass's samples, whose keys are its own
+        dataset.check_columns(columns)
+        own_samples = dataset.makes_own_samples()  # a subclass's samples, whose keys are its own
         if batch_decode is None:
-            if collate_fn is None and len(dataset._stream_layouts()) > 1:
-                dataset._check_batchable(columns)  # refuses, saying the streams have different columns
+            if collate_fn is None and len(dataset.table.layouts()) > 1:
+                dataset.check_batchable(columns)  # refuses, saying the streams have different columns
             batch_decode = collate_fn is None and not own_samples and bool(dataset.shards)
         elif batch_decode:
-            dataset._check_batchable(columns)
+            dataset.check_batchable(columns)
         # per-sample dicts of the dataset's own columns are stacked into the batch path's column batch
         stack = (not batch_decode and collate_fn is None and not own_samples and bool(dataset.shards)
-                 and len(dataset._stream_layouts()) == 1)
+                 and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
         check_ragged(dataset, columns, ragged, convert)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
@@ -119,35 +163,38 @@ class StreamingDataLoader(DataLoader):
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
         if self.batch_decode:
             kwargs.pop("drop_last", None)  # every step is a full batch; torch refuses it without auto-batching
+            collate = keep if collate_fn is None else ThroughStamp(collate_fn)
             super().__init__(StepBatches(dataset, columns), batch_size=None, num_workers=num_workers,
-                             collate_fn=collate_fn or keep, pin_memory=False, **kwargs)
+                             collate_fn=collate, pin_memory=False, **kwargs)
         else:
             if stack:
-                collate_fn = StackSamples(shard_kinds(dataset.shards[0], columns))
-            super().__init__(dataset if columns is None else PassSamples(dataset, columns), batch_size=batch_size,
-                             num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory and not stack,
-                             **kwargs)
+                collate_fn = StackSamples(dataset.table.kinds(columns))
+            samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns,
+                                    bool(kwargs.pop("drop_last", False)))
+            super().__init__(samples, batch_size=None, num_workers=num_workers, collate_fn=keep,
+                             pin_memory=pin_memory and not stack, **kwargs)
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         ds = self.streaming_dataset
-        order = ds._order
-        if self.num_workers and self._iterator is not None and self._expect != (order.next_epoch, order.pending):
+        cursor = ds.cursor
+        if self.num_workers and self._iterator is not None and self._expect != cursor.ticket:
             self._drop_workers()  # persistent workers would run another pass than the one asked for
         world = dataclasses.replace(ds.detect_world(), num_workers=self.num_workers, worker=0)
         if self.num_workers:
-            order.upcoming(world)  # the plan is built (and cached) once here, before workers fork
+            cursor.upcoming(world)  # the plan is built (and cached) once here, before workers fork
         it = super().__iter__()  # workers start (or resume) here, from the dataset's state as it is now
         if self.num_workers:  # the main process keeps the record of the pass the workers run
-            order.begin(world)
-        self._expect = (order.next_epoch, order.pending)
+            cursor.begin(world)
+        self._expect = cursor.ticket
         self._consumed.begin()
         return self._count(it)
 
     def _count(self, it) -> Iterator[Any]:
         pin = self._pin and torch.cuda.is_available()
-        for batch in it:
-            self._consumed.batches += 1
+        for stamp in it:
+            self._consumed.record(stamp.position)
+            batch = stamp.item
             yield torch_batch(batch, pin, self._ragged) if self._convert else batch
         self._consumed.finished = True
 
@@ -185,7 +232,7 @@ class StreamingDataLoader(DataLoader):
 
 def _adopt_batch_size(dataset, batch_size: int) -> None:
     if dataset.batch_size is None:
-        dataset._adopt_batch_size(batch_size)
+        dataset.adopt_batch_size(batch_size)
     elif dataset.batch_size != batch_size:
         raise InvalidArgumentError(
             f"the loader's batch_size={batch_size} differs from the dataset's batch_size={dataset.batch_size}; "

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
-from ..format.batch import Ragged, shard_kinds, stack_samples
+from ..format.batch import Ragged, stack_samples
 
 RAGGED_FORMS = ("pad", "ragged")
 
@@ -68,7 +68,7 @@ def check_ragged(dataset, columns: Optional[Sequence[str]], ragged: str, convert
     if ragged != "pad" or not converted or not dataset.shards:
         return
     names = set(dataset.column_names)
-    for name, kind, _ in shard_kinds(dataset.shards[0], columns):
+    for name, kind, _ in dataset.table.kinds(columns):
         if kind == "ragged" and lengths_key(name) in names:
             raise InvalidArgumentError(
                 f"the variable-length column {name!r} would come padded with its row lengths under "

@@ -3,9 +3,10 @@
 For training loops with no PyTorch DataLoader (JAX, plain numpy): each ``iter(loader)``
 runs the dataset's next pass and yields this process's ``batch_size`` samples of every
 global step as one column batch (see ``StreamingDataset.iterate_batches``). A thread
-decodes up to ``prefetch`` batches ahead. ``state_dict()`` counts the batches handed to
-the loop, not those decoded ahead, so a checkpoint resumes exactly where the loop was,
-on any world size.
+decodes up to ``prefetch`` batches ahead, each stamped with the plan position after it
+(see :mod:`.nodes`); ``state_dict()`` is the stamp of the last batch handed to the loop,
+not of those decoded ahead, so a checkpoint resumes exactly where the loop was, on any
+world size.
 """
 
 from __future__ import annotations
@@ -16,52 +17,13 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import InvalidArgumentError, ShardstreamError
 from ..plan import World
+from .nodes import Consumed, Stamped, stamped
 
 _END = object()
 
 
 class LoaderError(ShardstreamError, RuntimeError):
     """The background decoding thread ended without handing over a result or an error."""
-
-
-class Consumed:
-    """The batches a loader handed to the training loop in the pass in progress, turned into
-    the dataset's state and the pass's length (shared by every loader)."""
-
-    def __init__(self, dataset) -> None:
-        self.dataset = dataset
-        self.batches = 0
-        self.counting = False  # whether `batches` belongs to the dataset's current pass
-        self.finished = False  # whether that pass has ended
-
-    def begin(self) -> None:
-        self.batches, self.counting, self.finished = 0, True, False
-
-    def reset(self) -> None:
-        """A state was loaded: nothing of the new pass has been handed out yet."""
-        self.batches, self.counting, self.finished = 0, False, False
-
-    def state_dict(self) -> dict[str, Any]:
-        cur = self.dataset._order.current
-        if not self.counting or cur is None:
-            return self.dataset.state_dict()
-        return self.dataset.state_dict(num_samples=self.batches * cur.plan.global_batch, from_beginning=False)
-
-    def mixture_weights(self):
-        """The streams' weights in effect after the batches handed out (None with no streams)."""
-        cur = self.dataset._order.current
-        if not self.counting or cur is None:
-            return self.dataset.mixture_weights()
-        position = min(cur.start + self.batches * cur.plan.global_batch, cur.plan.end)
-        return self.dataset.mixture_weights(position, cur.epoch)
-
-    def length(self, world: World) -> int:
-        """Batches of the pass in progress, else of the next one, for ``world``."""
-        order = self.dataset._order
-        cur = order.current if self.counting and not self.finished else None
-        if cur is None:
-            cur = order.upcoming(world)
-        return (cur.plan.end - cur.start) // cur.plan.global_batch
 
 
 class BatchLoader:
@@ -85,7 +47,7 @@ class BatchLoader:
             raise InvalidArgumentError(f"prefetch={prefetch!r} must be an int >= 1")
         if world is not None and not isinstance(world, World):
             raise InvalidArgumentError(f"world={world!r} must be a shardstream.plan.World or None")
-        dataset._check_batchable(columns)
+        dataset.check_batchable(columns)
         self.dataset = dataset
         self.world = world
         self.columns = None if columns is None else list(columns)
@@ -96,7 +58,8 @@ class BatchLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self.close()
-        source = self.dataset.iterate_batches(self.world, self.columns)  # begins the pass now
+        world, columns = self.world, self.columns
+        source = stamped(self.dataset, lambda ds: ds.iterate_batches(world, columns))  # begins the pass now
         self._consumed.begin()
         producer = _Producer(source, self.prefetch, self.transform)
         self._active = producer
@@ -109,8 +72,8 @@ class BatchLoader:
                 if item is _END:
                     self._consumed.finished = True
                     return
-                self._consumed.batches += 1
-                yield item
+                self._consumed.record(item.position)
+                yield item.item
         finally:
             producer.stop()
 
@@ -163,7 +126,7 @@ class _Producer:
         try:
             for batch in self._source:
                 if self._transform is not None:
-                    batch = self._transform(batch)
+                    batch = Stamped(self._transform(batch.item), batch.position)
                 if not self._put(batch):
                     return
             self._put(_END)

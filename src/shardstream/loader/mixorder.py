@@ -1,6 +1,6 @@
-"""Epoch order of a dataset mixed from several streams (see :mod:`shardstream.plan.mixed`).
+"""The order of a dataset mixed from several streams: a strategy of the :class:`~.cursor.EpochCursor`.
 
-Like :class:`~shardstream.loader.order.Order`, but each epoch is a
+Like :class:`~shardstream.loader.order.SingleOrder`, but each epoch is a
 :class:`~shardstream.plan.mixed.MixedEpoch`. A state holds the epoch and the global
 position in it, plus a description of the mixture (streams, weights, methods), so it is
 refused for another mixture. ``random`` batching resumes with any global batch;
@@ -18,12 +18,13 @@ import numpy as np
 from ..errors import IncompatibleStateError, InvalidArgumentError
 from ..plan import PlanSpec, World
 from ..plan.mixed import MixedEpoch, Mixture, MixSpec
-from .order import Order, Pass
+from .cursor import Pass
+from .order import SingleOrder
 from .state import ResumePoint, make_state
 from .stream import resolve_weights
 
 
-class MixOrder(Order):
+class MixedOrder(SingleOrder):
     def __init__(self, stream_sizes: list[np.ndarray], options, fingerprint: str, *, choose, schedule,
                  epoch_size: Optional[int], description: dict) -> None:
         sizes = np.concatenate(stream_sizes) if stream_sizes else np.zeros(0, np.int64)
@@ -44,25 +45,16 @@ class MixOrder(Order):
             m = self._mixtures[spec]
         return m
 
-    @property
-    def epoch_size(self) -> int:
-        return self.mixture(self._spec_with(1)).epoch_size
-
     def counts(self, epoch: int) -> np.ndarray:
         """Samples each stream supplies to ``epoch``."""
         return self.mixture(self._spec_with(1)).counts(epoch)
 
-    def weights_at(self, position: Optional[int], epoch: Optional[int]) -> np.ndarray:
-        """The weights in effect at ``position`` of ``epoch``; each defaults to where this process's
-        pass is (whole global steps), else to the start of the next pass."""
-        if epoch is None or position is None:
-            cur = self.current
-            if cur is not None and cur.world.workers == 1:
-                here = (cur.epoch, min(cur.start + self._consumed(cur), cur.plan.end))
-            else:
-                here = (self.pending.epoch, self.pending.position) if self.pending else (self.next_epoch, 0)
-            epoch = here[0] if epoch is None else epoch
-            position = here[1] if position is None else position
+    @property
+    def epoch_size(self) -> int:
+        return self.mixture(self._spec_with(1)).epoch_size
+
+    def weights_at(self, epoch: int, position: int) -> np.ndarray:
+        """The streams' weights in effect at ``position`` of ``epoch``."""
         return self.mixture(self._spec_with(1)).weights_at(epoch, position)
 
     def _epoch(self, spec: PlanSpec, epoch: int, g: int, origin: int = 0) -> MixedEpoch:
@@ -74,37 +66,37 @@ class MixOrder(Order):
             plan = self._epochs[key] = self.mixture(spec).epoch(epoch, g, self.options.batch_size or 1, origin)
         return plan
 
-    def epoch_plan(self, epoch: Optional[int], world: World) -> MixedEpoch:
-        return self._epoch(self.spec(world), self.next_epoch if epoch is None else epoch, self.global_batch(world))
+    def epoch_plan(self, epoch: int, world: World) -> MixedEpoch:
+        return self._epoch(self.spec(world), epoch, self.global_batch(world))
 
-    def upcoming(self, world: World) -> Pass:
+    def check(self, world: World) -> None:
         if self.mix.method != "random" and not self.options.batch_size:
             raise InvalidArgumentError(
                 f"batching_method={self.mix.method!r} cuts epochs into batches, so it needs batch_size (samples "
                 "per device per step): set it on the dataset, or read through StreamingDataLoader(batch_size=...)")
+        super().check(world)
+
+    def fresh(self, epoch: int, world: World) -> Pass:
+        return Pass(epoch, self._epoch(self.spec(world), epoch, self.global_batch(world)), 0, world)
+
+    def resume(self, point: ResumePoint, world: World) -> Optional[Pass]:
         g = self.global_batch(world)
-        spec = self.spec(world)
-        self._check_partition(spec, world)
-        point = self.pending
-        epoch = self.next_epoch
-        if point is not None:
-            unit = point.raw.get("mixing_unit")
-            device = unit if self.mix.method == "device_per_stream" else self.options.batch_size or 1
-            plan = self.mixture(spec).epoch(point.epoch, point.global_batch, device)
-            if point.position == 0:  # nothing consumed yet: the epoch starts afresh with this run's batches
-                return Pass(point.epoch, self._epoch(spec, point.epoch, g), 0, world)
-            if point.position < plan.end:
-                self._check_unit(point, plan, g)
-                position = point.position
-                if plan.resume_unit and position % plan.resume_unit:
-                    position -= position % plan.resume_unit
-                    warnings.warn(
-                        f"the state is {point.position - position} samples into a unit of {plan.resume_unit} "
-                        f"(batching_method={plan.method!r} reads whole units); resuming at the unit's start, "
-                        f"sample {position}, so those samples are read again", stacklevel=3)
-                return Pass(point.epoch, plan.resume(position, g), position, world)
-            epoch = point.epoch + 1
-        return Pass(epoch, self._epoch(spec, epoch, g), 0, world)
+        unit = point.raw.get("mixing_unit")
+        device = unit if self.mix.method == "device_per_stream" else self.options.batch_size or 1
+        plan = self.mixture(self.spec(world)).epoch(point.epoch, point.global_batch, device)
+        if point.position == 0:  # nothing consumed yet: the epoch starts afresh with this run's batches
+            return self.fresh(point.epoch, world)
+        if point.position >= plan.end:
+            return None
+        self._check_unit(point, plan, g)
+        position = point.position
+        if plan.resume_unit and position % plan.resume_unit:
+            position -= position % plan.resume_unit
+            warnings.warn(
+                f"the state is {point.position - position} samples into a unit of {plan.resume_unit} "
+                f"(batching_method={plan.method!r} reads whole units); resuming at the unit's start, "
+                f"sample {position}, so those samples are read again", stacklevel=4)
+        return Pass(point.epoch, plan.resume(position, g), position, world)
 
     def _check_unit(self, point: ResumePoint, plan: MixedEpoch, g: int) -> None:
         unit = plan.resume_unit
@@ -143,7 +135,7 @@ class MixOrder(Order):
                 "build the dataset with the same streams, weights and methods to resume")
 
 
-def mix_order(sources, options, fingerprint: str, epoch_size: Optional[int], schedule) -> MixOrder:
+def mixed_order(sources, options, fingerprint: str, epoch_size: Optional[int], schedule) -> MixedOrder:
     """The order of a mixed dataset over opened stream ``sources`` (see :mod:`.stream`)."""
     sizes = [np.asarray([s.samples for s in src.shards], np.int64) for src in sources]
     samples = np.asarray([int(x.sum()) for x in sizes], np.int64)
@@ -161,7 +153,7 @@ def mix_order(sources, options, fingerprint: str, epoch_size: Optional[int], sch
         "sampling_method": options.sampling_method,
         "sampling_granularity": options.sampling_granularity,
     }
-    order = MixOrder(sizes, options, fingerprint, choose=choose, schedule=plan_schedule, epoch_size=size,
+    order = MixedOrder(sizes, options, fingerprint, choose=choose, schedule=plan_schedule, epoch_size=size,
                      description=description)
     order.stream_samples = samples
     return order

@@ -1,4 +1,8 @@
-"""Option groups of :class:`StreamingDataset`, validated once."""
+"""Option groups of :class:`StreamingDataset`, validated once.
+
+The choices and defaults of the order settings live in :mod:`shardstream.plan.settings`; this
+module names the rest (download retries and timeout, the largest device batch).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,23 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..plan import ALGOS as SHUFFLE_ALGOS
-from ..plan import TAILS as EPOCH_TAILS
+from ..storage.options import DEFAULT_DOWNLOAD_RETRY, DEFAULT_DOWNLOAD_TIMEOUT
+from ..plan.settings import (
+    BATCHING_METHODS,
+    DEFAULT_BATCHING_METHOD,
+    DEFAULT_EPOCH_TAIL,
+    DEFAULT_PARTITION_ALGO,
+    DEFAULT_SAMPLING_GRANULARITY,
+    DEFAULT_SAMPLING_METHOD,
+    DEFAULT_SHUFFLE_ALGO,
+    DEFAULT_SHUFFLE_SEED,
+    EPOCH_TAILS,
+    PARTITION_ALGOS,
+    SAMPLING_METHODS,
+    SHUFFLE_ALGOS,
+    check_choice,
+)
 
-PARTITION_ALGOS = ("orig", "relaxed")
-SAMPLING_METHODS = ("balanced", "fixed")
-BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
 MAX_BATCH = 2**30  # samples of one device batch: a step's positions alone would take 8 GiB beyond it
 
 
@@ -25,11 +40,6 @@ def check_batch_size(batch_size, what: str = "batch_size") -> None:
             "it is the per-device batch, the samples one rank receives per step: use the size of your training batch")
 
 
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise InvalidArgumentError(f"{name}={value!r} is not one of {', '.join(allowed)}")
-
-
 def _positive(name: str, value, allow_none: bool = True, zero: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -39,24 +49,24 @@ def _positive(name: str, value, allow_none: bool = True, zero: bool = False) -> 
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    download_retry: int = 2
-    download_timeout: float = 60
+    download_retry: int = DEFAULT_DOWNLOAD_RETRY
+    download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
     validate_hash: Optional[str] = None
     keep_zip: bool = False
     predownload: Optional[int] = None
-    sampling_method: str = "balanced"
-    sampling_granularity: int = 1
-    partition_algo: str = "relaxed"
+    sampling_method: str = DEFAULT_SAMPLING_METHOD
+    sampling_granularity: int = DEFAULT_SAMPLING_GRANULARITY
+    partition_algo: str = DEFAULT_PARTITION_ALGO
     num_canonical_nodes: Optional[int] = None
     batch_size: Optional[int] = None
     shuffle: bool = False
-    shuffle_algo: str = "py1e"
-    shuffle_seed: int = 9176
+    shuffle_algo: str = DEFAULT_SHUFFLE_ALGO
+    shuffle_seed: int = DEFAULT_SHUFFLE_SEED
     shuffle_block_size: Optional[int] = None
-    batching_method: str = "random"
+    batching_method: str = DEFAULT_BATCHING_METHOD
     allow_unsafe_types: bool = False
     replication: Optional[int] = None
-    epoch_tail: str = "pad"
+    epoch_tail: str = DEFAULT_EPOCH_TAIL
 
     def __post_init__(self) -> None:
         _positive("download_retry", self.download_retry, allow_none=False, zero=True)
@@ -69,10 +79,10 @@ class DatasetOptions:
             check_batch_size(self.batch_size)
         _positive("shuffle_block_size", self.shuffle_block_size)
         _positive("replication", self.replication)
-        _choice("sampling_method", self.sampling_method, SAMPLING_METHODS)
-        _choice("partition_algo", self.partition_algo, PARTITION_ALGOS)
-        _choice("shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
-        _choice("batching_method", self.batching_method, BATCHING_METHODS)
-        _choice("epoch_tail", self.epoch_tail, EPOCH_TAILS)
+        check_choice("sampling_method", self.sampling_method, SAMPLING_METHODS)
+        check_choice("partition_algo", self.partition_algo, PARTITION_ALGOS)
+        check_choice("shuffle_algo", self.shuffle_algo, SHUFFLE_ALGOS)
+        check_choice("batching_method", self.batching_method, BATCHING_METHODS)
+        check_choice("epoch_tail", self.epoch_tail, EPOCH_TAILS)
         if isinstance(self.shuffle_seed, bool) or not isinstance(self.shuffle_seed, int):
             raise InvalidArgumentError(f"shuffle_seed={self.shuffle_seed!r} must be an int")

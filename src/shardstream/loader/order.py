@@ -1,44 +1,35 @@
-"""The dataset's side of epoch planning: which epoch is next, where it starts, what was consumed.
+"""The order of one dataset's epochs: a strategy of the :class:`~.cursor.EpochCursor`.
 
-``Order`` owns the plan of one dataset (built lazily, cached), the epoch counter,
-a pending resumption state and the bookkeeping of the iteration in progress. It
-turns ``state_dict`` / ``load_state_dict`` into plan segments and back.
+``SingleOrder`` turns an epoch, or a resumption point, into a :class:`~.cursor.Pass` over
+the dataset's lazy plan (built once per plan settings and cached) and a position of a pass
+into a state dict; it resolves the plan settings that depend on the run (the number of
+canonical nodes, from the first world or from a loaded state). It keeps no notion of the
+current pass: the cursor does.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
 from ..plan import EpochPlan, Plan, PlanSpec, World
-from .state import ResumePoint, decode_state, make_state, parse_state
+from .cursor import Pass
+from .state import ResumePoint, make_state, parse_state
 
 
-@dataclass
-class Pass:
-    """One call of ``iterate``: its epoch, plan segment, start position and world."""
-
-    epoch: int
-    plan: EpochPlan
-    start: int
-    world: World
-    yielded: int = 0
-
-
-class Order:
+class SingleOrder:
     def __init__(self, shard_sizes: np.ndarray, options, fingerprint: str) -> None:
         self.sizes = shard_sizes
         self.options = options
         self.dataset = {"num_samples": int(shard_sizes.sum()), "num_shards": int(shard_sizes.size),
                         "shard_sizes_xxh64": fingerprint}
-        self.next_epoch = 0
         self.initial_physical_nodes: int | None = None
-        self.pending: ResumePoint | None = None
-        self.current: Pass | None = None
         self.adopted_canonical: int | None = None  # num_canonical_nodes taken from a loaded state
         self._plans: dict[PlanSpec, Plan] = {}
+
+    @property
+    def epoch_size(self) -> int:
+        return self.dataset["num_samples"]
 
     # -- settings ------------------------------------------------------------------------
     def canonical_nodes(self, world: World) -> int:
@@ -79,64 +70,24 @@ class Order:
     def global_batch(self, world: World) -> int:
         return (self.options.batch_size or 1) * world.readers
 
+    def check(self, world: World) -> None:
+        """Refuse a world the settings cannot plan for (before anything is started)."""
+        self._check_partition(self.spec(world), world)
+
     # -- passes --------------------------------------------------------------------------
-    def begin(self, world: World) -> Pass:
-        """Start the next pass: the pending resume point if any, else the next epoch from 0."""
-        current = self.upcoming(world)
-        self.pending = None
-        self.next_epoch = current.epoch + 1
-        self.current = current
-        return current
+    def fresh(self, epoch: int, world: World) -> Pass:
+        """Epoch ``epoch`` from its start."""
+        return Pass(epoch, self.plan(self.spec(world)).epoch(epoch, self.global_batch(world)), 0, world)
 
-    def upcoming(self, world: World) -> Pass:
-        """The pass the next ``begin`` would start, without starting it."""
-        g = self.global_batch(world)
-        spec = self.spec(world)
-        self._check_partition(spec, world)
-        plan = self.plan(spec)
-        point = self.pending
-        epoch = self.next_epoch
-        if point is not None:
-            segment = plan.epoch(point.epoch, point.global_batch, point.origin, point.base)
-            if point.position < segment.end:
-                return Pass(point.epoch, segment.resume(point.position, g), point.position, world)
-            epoch = point.epoch + 1  # the saved epoch was complete
-        return Pass(epoch, plan.epoch(epoch, g), 0, world)
+    def resume(self, point: ResumePoint, world: World):
+        """The pass that continues ``point``, or None if its epoch was complete."""
+        segment = self.plan(self.spec(world)).epoch(point.epoch, point.global_batch, point.origin, point.base)
+        if point.position < segment.end:
+            return Pass(point.epoch, segment.resume(point.position, self.global_batch(world)), point.position, world)
+        return None
 
-    # -- state -----------------------------------------------------------------------------
-    def state_dict(self, num_samples: int | None, from_beginning: bool, world: World) -> dict:
-        """The state after ``num_samples`` of the pass in progress (or of the upcoming one,
-        in a process that does not iterate itself, such as a DataLoader's main process)."""
-        cur = self.current
-        if cur is None:
-            cur = self.upcoming(world)
-            if num_samples is None:
-                return self._state(cur.epoch, cur.start, cur.plan, cur.plan.plan.spec)
-        if num_samples is None:
-            position = cur.start + self._consumed(cur)
-        else:
-            if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 0:
-                raise InvalidArgumentError(f"num_samples={num_samples!r} must be an int >= 0")
-            position = int(num_samples) if from_beginning else cur.start + int(num_samples)
-        if position < cur.plan.origin:
-            raise InvalidArgumentError(
-                f"num_samples={num_samples} puts the position ({position}) before this pass's start "
-                f"({cur.plan.origin}); with a resumed run count from_beginning=False or add the start"
-            )
-        position = min(position, cur.plan.end)
-        return self._state(cur.epoch, position, cur.plan, cur.plan.plan.spec)
-
-    def _consumed(self, cur: Pass) -> int:
-        """Global positions consumed, from what this process yielded (one worker per rank only)."""
-        if cur.world.workers > 1:
-            raise InvalidArgumentError(
-                "this process cannot see what DataLoader workers consumed; pass num_samples (the number of "
-                "samples the whole job consumed this epoch) to state_dict()"
-            )
-        bs = cur.plan.device_batch(cur.world)
-        if cur.world.readers == 1:
-            return cur.yielded
-        return (cur.yielded // bs) * cur.plan.global_batch  # whole global steps, ranks in lockstep
+    def state(self, epoch: int, position: int, plan: EpochPlan) -> dict:
+        return self._state(epoch, position, plan, plan.plan.spec)
 
     def _state(self, epoch: int, position: int, plan: EpochPlan, spec: PlanSpec) -> dict:
         # the segment that holds `position`, so the state can be resumed with any global batch
@@ -144,8 +95,8 @@ class Order:
                           base=plan.base, settings=self.settings(spec), dataset=self.dataset,
                           initial_physical_nodes=self.initial_physical_nodes or 1)
 
-    def load_state_dict(self, obj, world: World) -> None:
-        obj = decode_state(obj)
+    def adopt(self, obj: dict, world: World) -> ResumePoint:
+        """Validate state ``obj`` for this dataset and take the run settings it fixes."""
         if not self.options.num_canonical_nodes and "num_canonical_nodes" in obj:
             # not chosen by the user: the state's value (set by the initial run) wins
             canonical = obj["num_canonical_nodes"]
@@ -159,9 +110,7 @@ class Order:
         self.initial_physical_nodes = point.initial_physical_nodes
         if not self.options.num_canonical_nodes:
             self.adopted_canonical = spec.num_canonical_nodes
-        self.pending = point
-        self.next_epoch = point.epoch
-        self.current = None
+        return point
 
     def _check_point(self, point: ResumePoint, spec: PlanSpec) -> None:
         if "mixture" in point.raw:
@@ -172,9 +121,9 @@ class Order:
         if point.base is not None and len(point.base) != regions:
             raise IncompatibleStateError(f"state key 'region_base' has {len(point.base)} entries, expected {regions}")
 
-    def epoch_plan(self, epoch: int | None, world: World):
-        """The plan of ``epoch`` (default: the next) for ``world``."""
-        return self.plan(self.spec(world)).epoch(self.next_epoch if epoch is None else epoch, self.global_batch(world))
+    def epoch_plan(self, epoch: int, world: World):
+        """The plan of ``epoch`` for ``world``."""
+        return self.plan(self.spec(world)).epoch(epoch, self.global_batch(world))
 
     def _spec_with(self, canonical: int) -> PlanSpec:
         o = self.options

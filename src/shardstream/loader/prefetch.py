@@ -163,9 +163,7 @@ def _result(fut: Future, shard: int, cache) -> bool:
     except ShardstreamError:
         raise
     except Exception as exc:
-        name = cache.shards[shard].raw_data.basename
-        raise PrefetchError(f"preparing shard {shard} ({name!r}) in {cache.dirname} failed: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise PrefetchError(f"preparing {cache.describe(shard)} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def default_predownload(batch_size: Optional[int], shard_samples: float) -> int:

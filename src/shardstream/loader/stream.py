@@ -1,4 +1,4 @@
-"""``Stream``: one dataset of a mixture, with its weight and its own download knobs.
+"""``Stream``: one dataset of a mixture, with its weight and its own reading options.
 
 A stream is weighted in one of three ways (or not at all):
 
@@ -22,31 +22,23 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-import os
-
-from ..errors import CacheLimitError, InvalidArgumentError, NotADatasetError
-from ..format.hashing import check_hash
-from ..format.index import read_index
+from ..errors import InvalidArgumentError
+from ..format.source import get_format
 from ..keywords import checked_keywords
 from ..plan.mix import SCHEDULE_KINDS, Schedule
-from ..storage.cache import ShardCache
-from ..storage.claim import within
-from ..storage.fetch import Fetcher
-from ..storage.fs import default_local, is_remote, join, local_path
-from ..storage.index import local_index
-from ..storage.shardset import LocalShards, ShardSet
+from ..storage.options import StreamOptions
 from ..units import parse_count
-
-_KNOBS = ("split", "download_retry", "download_timeout", "validate_hash", "keep_zip")
 
 
 class Stream:
     """One dataset of a mixture (see the module docstring).
 
-    ``remote``, ``local`` and ``split`` locate it as for a single dataset; the download
-    knobs left as None take the :class:`~shardstream.StreamingDataset`'s values. After the
-    dataset is built, ``dataset.streams`` holds copies with ``proportion``, ``repeat`` and
-    ``choose`` filled in for epoch 0, and ``samples``, the stream's own size.
+    ``remote``, ``local`` and ``split`` locate it as for a single dataset; ``format`` names
+    its format of shards (``"mds"`` unless another one is registered, see
+    :func:`~shardstream.format.source.register_format`); the reading options left as None
+    take the :class:`~shardstream.StreamingDataset`'s values. After the dataset is built,
+    ``dataset.streams`` holds copies with ``proportion``, ``repeat`` and ``choose`` filled in
+    for epoch 0, and ``samples``, the stream's own size.
     """
 
     @checked_keywords()
@@ -54,7 +46,7 @@ class Stream:
                  proportion: Optional[float] = None, repeat: Optional[float] = None,
                  choose: Optional[int | str] = None, download_retry: Optional[int] = None,
                  download_timeout: Optional[float] = None, validate_hash: Optional[str] = None,
-                 keep_zip: Optional[bool] = None) -> None:
+                 keep_zip: Optional[bool] = None, format: Optional[str] = None) -> None:
         given = [name for name, v in (("proportion", proportion), ("repeat", repeat), ("choose", choose))
                  if v is not None]
         if len(given) > 1:
@@ -73,15 +65,21 @@ class Stream:
         self.download_timeout = download_timeout
         self.validate_hash = validate_hash
         self.keep_zip = keep_zip
+        if format is not None:
+            get_format(format)  # an unknown name is refused here, with the known ones
+        self.format = format
         self.samples: Optional[int] = None
 
-    def knobs(self, defaults: dict) -> dict:
-        """This stream's download knobs, each defaulting to the dataset's."""
-        return {k: defaults[k] if getattr(self, k) is None else getattr(self, k) for k in _KNOBS}
+    def options(self, defaults: StreamOptions) -> StreamOptions:
+        """This stream's reading options, each one it leaves as None taken from ``defaults`` (the dataset's)."""
+        return defaults.with_overrides(split=self.split, download_retry=self.download_retry,
+                                       download_timeout=self.download_timeout, validate_hash=self.validate_hash,
+                                       keep_zip=self.keep_zip, format=self.format)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in (("remote", self.remote), ("local", self.local),
-                                                     ("split", self.split), ("proportion", self.proportion),
+                                                     ("split", self.split), ("format", self.format),
+                                                     ("proportion", self.proportion),
                                                      ("repeat", self.repeat), ("choose", self.choose))
                            if v is not None)
         return f"Stream({fields})"
@@ -182,21 +180,6 @@ def _count(name: str, value) -> int:
     return n
 
 
-class StreamSource:
-    """An opened stream: where it lives, its shards and the knobs it reads them with."""
-
-    def __init__(self, stream: Optional[Stream], remote: Optional[str], local: str, dirname: str, shards: list,
-                 fetcher, knobs: dict):
-        self.stream = stream
-        self.remote = remote
-        self.local = local
-        self.dirname = dirname
-        self.shards = shards
-        self.fetcher = fetcher
-        self.knobs = knobs
-        self.samples = sum(s.samples for s in shards)
-
-
 def check_streams(streams) -> list[Stream]:
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
         raise InvalidArgumentError(f"streams={streams!r} must be a non-empty list of shardstream.Stream")
@@ -208,93 +191,11 @@ def check_streams(streams) -> list[Stream]:
     return list(streams)
 
 
-def open_source(remote: Optional[str], local: Optional[str], knobs: dict, storage_options: Optional[dict],
-                stream: Optional[Stream] = None) -> StreamSource:
-    """Locate one dataset and read its index (fetching it once per machine for a remote)."""
-    if knobs["validate_hash"]:
-        check_hash(knobs["validate_hash"])
-    remote, local, dirname = locate(remote, local, knobs["split"])
-    if remote is not None:
-        if os.path.isfile(local):
-            raise NotADatasetError(
-                f"local={local!r} is a file; with remote= it is the directory where the shards are cached (it is "
-                "created if missing): give a directory, or leave local out to cache under SHARDSTREAM_CACHE_DIR")
-        fetcher = Fetcher(join(remote, knobs["split"]), storage_options, knobs["download_retry"], knobs["download_timeout"])
-        shards = local_index(dirname, fetcher)
-    else:
-        fetcher, shards = None, read_index(dirname)
-    return StreamSource(stream, remote, local, dirname, shards, fetcher, knobs)
-
-
-def open_sources(streams: list[Stream], defaults: dict, storage_options: Optional[dict]) -> list[StreamSource]:
-    """Every stream opened with its knobs (each defaulting to the dataset's); two streams from
-    different places that would share a directory are refused before anything is opened."""
-    places: list[tuple[Optional[str], str]] = []
-    for st in streams:
-        remote, _, dirname = locate(st.remote, st.local, st.knobs(defaults)["split"])
-        for other_remote, other_dirname in places:
-            if other_dirname == dirname and other_remote != remote:
-                raise InvalidArgumentError(
-                    f"two streams keep their shards in {dirname!r} but come from different places "
-                    f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
-        places.append((remote, dirname))
-    return [open_source(st.remote, st.local, st.knobs(defaults), storage_options, st) for st in streams]
-
-
-def locate(remote: Optional[str], local: Optional[str], split: Optional[str]) -> tuple[Optional[str], str, str]:
-    """(remote URL or None, local directory, the directory of ``split`` in it): see :func:`locations`."""
-    remote, local = locations(remote, local)
-    return remote, local, os.path.join(local, split) if split else local
-
-
-def source_cache(src: StreamSource, limit: Optional[int]) -> ShardCache:
-    """The shard cache of one opened dataset (``limit`` only applies with a remote)."""
-    k = src.knobs
-    wait = k["download_timeout"] * (k["download_retry"] + 1) + 60
-    return ShardCache(src.dirname, src.shards, src.fetcher, limit if src.fetcher else None, keep_zip=k["keep_zip"],
-                      validate_hash=k["validate_hash"], wait=wait)
-
-
-def shard_set(sources: list[StreamSource], limit: Optional[int]) -> ShardSet:
-    """One store per stream; ``limit`` (bytes) is split among the streams with a remote by their size."""
-    stores = [source_cache(src, None) if src.remote is not None
-              else LocalShards(src.dirname, src.shards, src.knobs["validate_hash"]) for src in sources]
-    caches = [(store, sum(store.footprint(i) for i in range(len(store.shards))))
-              for src, store in zip(sources, stores) if src.remote is not None]
-    if limit is not None and caches:
-        total = max(sum(size for _, size in caches), 1)
-        # the smallest limit whose share, for every stream, covers that stream's minimum
-        need = max(-(-store.minimum_limit() * total // max(size, 1)) for store, size in caches)
-        if limit < need:
-            raise CacheLimitError(
-                f"cache_limit={limit} bytes is too small for {len(caches)} streams with a remote: it is split among "
-                f"them by size, and each needs room for one shard in use plus the next one arriving; raise "
-                f"cache_limit to at least {need} bytes (several times that for shuffled epochs)")
-        for store, size in caches:
-            store.limit = max(1, limit * size // total)
-    return ShardSet(stores)
-
-
-def locations(remote: Optional[str], local: Optional[str]) -> tuple[Optional[str], str]:
-    """(remote URL or None, local directory). A remote that is a plain path / ``file://`` URL of the
-    local directory (by its real path, through links) or of a directory holding it means no remote:
-    the dataset is read in place from the remote's directory. With no ``local`` a remote gets its own
-    directory under the cache root."""
-    if remote is not None and not isinstance(remote, str):
-        raise InvalidArgumentError(f"remote={remote!r} must be a URL string such as 's3://bucket/dataset'")
-    if local is not None:
-        local = os.path.expanduser(str(local))
-        if remote is not None and not is_remote(remote) and within(local, local_path(remote)):
-            # local= is the remote's own directory (also through a link) or lies inside it: a cache there
-            # would delete the only copy, so the dataset is read in place
-            root = local_path(remote)
-            return None, local if within(root, local) else root
-    if remote is None:
-        if local is None:
-            raise InvalidArgumentError(
-                "local=... is required without remote=...: the directory that holds index.json and the shards"
-            )
-        return None, local
-    return remote.rstrip("/"), local if local is not None else default_local(remote)
-
-
+def places(streams, remote, local, defaults: StreamOptions, mixed: bool) -> list[tuple]:
+    """``(stream or None, remote, local, options)`` of each stream to open (one without streams)."""
+    if not mixed:
+        return [(None, remote, local, defaults)]
+    if streams is not None and (remote is not None or local is not None):
+        raise InvalidArgumentError("give either streams=[...] or remote=/local=, not both")
+    streams = check_streams(streams if streams is not None else [Stream(remote=remote, local=local)])
+    return [(st, st.remote, st.local, st.options(defaults)) for st in streams]

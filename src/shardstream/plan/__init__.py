@@ -1,11 +1,15 @@
 """Deterministic epoch planning: pure functions of shard sizes, seed, epoch and world.
 
-See :mod:`shardstream.plan.epoch` for the model. This package imports numpy only:
-no I/O, no clocks, no environment; every random choice derives from integers.
+See :mod:`shardstream.plan.epoch` for the model and :mod:`shardstream.plan.settings` for the
+settings' choices and defaults. This package imports numpy only: no I/O, no clocks, no
+environment; every random choice derives from integers.
 """
 
-from .epoch import EpochPlan, Plan, PlanSpec, default_block_size
-from .partition import TAILS, World
-from .shuffle import ALGOS, interleave_shape
+from .epoch import EpochPlan, Plan, PlanSpec
+from .partition import World
+from .settings import (BATCHING_METHODS, EPOCH_TAILS, PARTITION_ALGOS, SAMPLING_METHODS, SHUFFLE_ALGOS,
+                       default_block_size)
+from .shuffle import interleave_shape
 
-__all__ = ["ALGOS", "TAILS", "EpochPlan", "Plan", "PlanSpec", "World", "default_block_size", "interleave_shape"]
+__all__ = ["BATCHING_METHODS", "EPOCH_TAILS", "PARTITION_ALGOS", "SAMPLING_METHODS", "SHUFFLE_ALGOS", "EpochPlan",
+           "Plan", "PlanSpec", "World", "default_block_size", "interleave_shape"]

@@ -22,16 +22,13 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .keyed import derive
 from .layout import EpochLayout, RunLayout
-from .partition import TAILS, Interleave, StepCut
-from .shuffle import ALGOS, naive, shuffle_region
+from .partition import RegionInterleave, StepCut
+from .settings import (DEFAULT_EPOCH_TAIL, DEFAULT_SHUFFLE_ALGO, DEFAULT_SHUFFLE_SEED, EPOCH_TAILS, SHUFFLE_ALGOS,
+                       check_choice, default_block_size)
+from .shuffle import naive, shuffle_region
 
 PURPOSE_EPOCH = 3
 _CHUNK = 65536
-
-
-def default_block_size(num_canonical_nodes: int) -> int:
-    """mosaicml-streaming's default ``shuffle_block_size``."""
-    return max(4_000_000 // num_canonical_nodes, 1 << 18)
 
 
 @dataclass(frozen=True)
@@ -39,18 +36,16 @@ class PlanSpec:
     """Everything the order of an epoch depends on, besides the shard sizes and the global batch."""
 
     shuffle: bool = False
-    algo: str = "py1e"
-    seed: int = 9176
+    algo: str = DEFAULT_SHUFFLE_ALGO
+    seed: int = DEFAULT_SHUFFLE_SEED
     num_canonical_nodes: int = 1
     block_size: int | None = None
-    tail: str = "pad"
+    tail: str = DEFAULT_EPOCH_TAIL
     resolved_block_size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.algo not in ALGOS:
-            raise InvalidArgumentError(f"shuffle_algo={self.algo!r} is not one of {', '.join(ALGOS)}")
-        if self.tail not in TAILS:
-            raise InvalidArgumentError(f"tail={self.tail!r} is not one of {', '.join(TAILS)}")
+        check_choice("shuffle_algo", self.algo, SHUFFLE_ALGOS)
+        check_choice("tail", self.tail, EPOCH_TAILS)
         for name in ("num_canonical_nodes", "block_size"):
             value = getattr(self, name)
             if value is None and name == "block_size":
@@ -109,9 +104,9 @@ class EpochPlan(StepCut):
             raise InvalidArgumentError(f"base must hold one non-negative count per region ({regions})")
         spec = plan.spec
         self.layout = EpochLayout(plan.run, self.epoch, spec.shuffle, spec.seed)
-        self.key = derive(spec.seed, self.epoch, PURPOSE_EPOCH, ALGOS.index(spec.algo))
+        self.key = derive(spec.seed, self.epoch, PURPOSE_EPOCH, SHUFFLE_ALGOS.index(spec.algo))
         self.lengths = plan.run.region_lengths()
-        self.schedule = Interleave(regions, self.global_batch)
+        self.schedule = RegionInterleave(regions, self.global_batch)
         self.steps = self.schedule.steps(self.lengths - self.base, spec.tail)
 
     # -- sizes ------------------------------------------------------------------------

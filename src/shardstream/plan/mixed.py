@@ -14,8 +14,8 @@ moving). ``mixture.epoch(e, global_batch, device_batch)`` gives a :class:`MixedE
 2. The streams are interleaved by ``method``:
 
    - ``random``: sample by sample, each stream due at the rate of its weight with keyed
-     jitter (:class:`~shardstream.plan.merge.Merge`); every stretch of the epoch, and so
-     every batch, mixes the streams near their weights there.
+     jitter (:class:`~shardstream.plan.interleave.StreamInterleave`); every stretch of
+     the epoch, and so every batch, mixes the streams near their weights there.
    - ``stratified``: every global batch holds each stream's share, rounded by largest
      remainder, as one run per stream in stream order. A stream then supplies steps x
      share samples, which may differ from its drawn count: past its count it starts
@@ -42,30 +42,28 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .epoch import EpochPlan, Plan, PlanSpec
+from .interleave import StreamInterleave
 from .keyed import derive
-from .merge import Merge
 from .mix import Schedule, StreamDraw, Warp, apportion, ceil_div, draw_key, granule_subset
-from .partition import TAILS, StepCut
+from .partition import StepCut
+from .settings import (BATCHING_METHODS, DEFAULT_BATCHING_METHOD, DEFAULT_SAMPLING_GRANULARITY,
+                       DEFAULT_SAMPLING_METHOD, SAMPLING_METHODS, check_choice)
 
-METHODS = ("random", "stratified", "per_stream", "device_per_stream")
-SAMPLING = ("balanced", "fixed")
 PURPOSE_STREAM = 12
-PURPOSE_MERGE = 13
+PURPOSE_INTERLEAVE = 13
 _SEED_MASK = (1 << 62) - 1
 _CHECKPOINT = 1024  # steps between stored stream progress (stratified batches under a schedule)
 
 
 @dataclass(frozen=True)
 class MixSpec:
-    method: str = "random"
-    sampling: str = "balanced"
-    granularity: int = 1
+    method: str = DEFAULT_BATCHING_METHOD
+    sampling: str = DEFAULT_SAMPLING_METHOD
+    granularity: int = DEFAULT_SAMPLING_GRANULARITY
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise InvalidArgumentError(f"batching_method={self.method!r} is not one of {', '.join(METHODS)}")
-        if self.sampling not in SAMPLING:
-            raise InvalidArgumentError(f"sampling_method={self.sampling!r} is not one of {', '.join(SAMPLING)}")
+        check_choice("batching_method", self.method, BATCHING_METHODS)
+        check_choice("sampling_method", self.sampling, SAMPLING_METHODS)
         g = self.granularity
         if isinstance(g, bool) or not isinstance(g, int) or g < 1:
             raise InvalidArgumentError(f"sampling_granularity={g!r} must be an int >= 1")
@@ -164,7 +162,7 @@ class MixedEpoch(StepCut):
         self.counts = counts = mixture.counts(self.epoch)
         self.num_samples = n = int(counts.sum())
         shuffle = mixture.spec.shuffle
-        jitter = derive(mixture.spec.seed, self.epoch, PURPOSE_MERGE) if shuffle else None
+        jitter = derive(mixture.spec.seed, self.epoch, PURPOSE_INTERLEAVE) if shuffle else None
         warp = mixture.warp(self.epoch)
         self._subs: dict[int, tuple[EpochPlan, StreamDraw]] = {}
         if method == "device_per_stream":
@@ -177,7 +175,7 @@ class MixedEpoch(StepCut):
             self.unit = 1 if method == "random" else g
         u = self.unit
         if method == "random":
-            self.merge = Merge(counts, jitter, warp)
+            self.interleave = StreamInterleave(counts, jitter, warp)
             self.steps = _rounded(n - origin, g, tail)
             self.wrap = n
         elif method == "stratified":
@@ -186,8 +184,8 @@ class MixedEpoch(StepCut):
             self._setup_stratified(g)
         else:
             slots = np.asarray([_rounded(int(c), u, tail) for c in counts], np.int64)
-            self.merge = Merge(slots, jitter, warp)
-            self.wrap = self.merge.total * u
+            self.interleave = StreamInterleave(slots, jitter, warp)
+            self.wrap = self.interleave.total * u
             self.steps = _rounded(self.wrap - origin, g, tail)
         if n == 0 or self.steps < 0:
             self.steps = 0
@@ -275,18 +273,18 @@ class MixedEpoch(StepCut):
         return streams, elems * self.unit + off
 
     def _lookup(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Merge lookups for arbitrary slots: one range if they are dense, else one row per run."""
+        """Interleave lookups for arbitrary slots: one range if they are dense, else one row per run."""
         u = np.unique(slots)
         cuts = np.flatnonzero(np.diff(u) != 1) + 1
         span = int(u[-1] - u[0] + 1)
-        spread = 2 * self.merge.streams + 8  # candidates a located row costs beyond its length
+        spread = 2 * self.interleave.streams + 8  # candidates a located row costs beyond its length
         heads = np.concatenate([[0], cuts])
         length = int(np.diff(np.concatenate([heads, [u.size]])).max())
         if span + spread * (span // 65536 + 1) <= heads.size * (length + spread):
-            starts, length = _cover(int(u[0]), span, self.merge.total)
+            starts, length = _cover(int(u[0]), span, self.interleave.total)
         else:
-            starts = np.minimum(u[heads], self.merge.total - length)
-        s, j = self.merge.locate(starts, length)
+            starts = np.minimum(u[heads], self.interleave.total - length)
+        s, j = self.interleave.locate(starts, length)
         # each slot is read from the row with the largest start at or below it (rows leave no gaps)
         row = np.searchsorted(starts, slots, side="right") - 1
         at = row * length + (slots - starts[row])
@@ -364,4 +362,4 @@ def _apportion_rows(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["METHODS", "SAMPLING", "MixSpec", "MixedEpoch", "Mixture", "TAILS"]
+__all__ = ["MixSpec", "MixedEpoch", "Mixture"]

@@ -28,10 +28,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-TAILS = ("pad", "drop")
-
-
-class Interleave:
+class RegionInterleave:
     """The region schedule for ``regions`` regions and a global batch of ``g``."""
 
     def __init__(self, regions: int, g: int) -> None:

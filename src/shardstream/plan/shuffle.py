@@ -30,7 +30,6 @@ import numpy as np
 from .keyed import derive, hash_index, mix, permute, uniform_below
 from .layout import EpochLayout
 
-ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
 _U = np.uint64
 
 

@@ -27,19 +27,22 @@ from typing import Optional
 
 from ..errors import CacheDirectoryError, ShardstreamError
 from ..format.atomic import read_json, remove_quietly, temp_name
-from ..format.index import INDEX_BASENAME, loads_index, read_index
-from .cache import MARKER, META
+from ..format.source import ShardFormat, get_format
 from .fetch import Fetcher
 from .fs import cache_root, is_remote, local_path
 
+META = ".shardstream"  # the cache's own folder in a cache directory: marker, records, locks
+MARKER = "cache.json"  # names the remote a cache directory caches
 RECORD = "index.source.json"  # where the cached index came from (written by storage/index.py)
 
 
-def claim(dirname: str, fetcher: Fetcher) -> bool:
+def claim(dirname: str, fetcher: Fetcher, fmt: Optional[ShardFormat] = None) -> bool:
     """Make ``dirname`` the cache of ``fetcher``'s remote, or refuse with CacheDirectoryError.
 
-    True when a directory without a marker was taken over because its ``index.json`` is the
-    remote's current one (the caller may then trust that cached index as it is)."""
+    True when a directory without a marker was taken over because its index file (``index.json``
+    for MDS, read as ``fmt`` reads it) is the remote's current one (the caller may then trust that
+    cached index as it is)."""
+    fmt = get_format("mds") if fmt is None else fmt
     marker = os.path.join(dirname, META, MARKER)
     owner = _owner(marker)
     if owner is not None:
@@ -48,12 +51,12 @@ def claim(dirname: str, fetcher: Fetcher) -> bool:
         return False
     contents = _contents(dirname)
     adopted = False
-    if contents and not _recorded(dirname, fetcher):
-        if INDEX_BASENAME not in contents:
+    if contents and not _recorded(dirname, fetcher, fmt):
+        if fmt.index_name not in contents:
             shown = ", ".join(contents[:3]) + (", ..." if len(contents) > 3 else "")
             raise _refusal(dirname, fetcher.remote, f"holds other files ({shown})")
-        if not _same_index(dirname, fetcher):
-            raise _refusal(dirname, fetcher.remote, f"holds another dataset (its {INDEX_BASENAME} is not the remote's)")
+        if not _same_index(dirname, fetcher, fmt):
+            raise _refusal(dirname, fetcher.remote, f"holds another dataset (its {fmt.index_name} is not the remote's)")
         adopted = True
     _write_marker(marker, fetcher.remote)
     owner = _owner(marker)
@@ -113,25 +116,26 @@ def _contents(dirname: str) -> list[str]:
     return sorted(n for n in names if n != META)
 
 
-def _recorded(dirname: str, fetcher: Fetcher) -> bool:
+def _recorded(dirname: str, fetcher: Fetcher, fmt: ShardFormat) -> bool:
     """Whether an earlier shardstream, which kept no marker, recorded fetching this remote's index here."""
     record = _read_json(os.path.join(dirname, META, RECORD))
     url = record.get("url", (record.get("signature") or {}).get("url"))
-    return isinstance(url, str) and same_remote(url, fetcher.url(INDEX_BASENAME))
+    return isinstance(url, str) and same_remote(url, fetcher.url(fmt.index_name))
 
 
-def _same_index(dirname: str, fetcher: Fetcher) -> bool:
-    """Whether the local ``index.json`` is the remote's current one (same bytes, or same entries)."""
+def _same_index(dirname: str, fetcher: Fetcher, fmt: ShardFormat) -> bool:
+    """Whether the local index file is the remote's current one (same bytes, or same entries)."""
+    name = fmt.index_name
     with tempfile.TemporaryDirectory(prefix="shardstream-index-") as tmp:
-        path = os.path.join(tmp, INDEX_BASENAME)
-        fetcher.fetch(INDEX_BASENAME, path)
+        path = os.path.join(tmp, name)
+        fetcher.fetch(name, path)
         with open(path, "rb") as f:
             theirs = f.read()
     try:
-        with open(os.path.join(dirname, INDEX_BASENAME), "rb") as f:
+        with open(os.path.join(dirname, name), "rb") as f:
             if f.read() == theirs:
                 return True
-        return read_index(dirname) == loads_index(theirs, fetcher.url(INDEX_BASENAME))
+        return fmt.read_shards(dirname) == fmt.parse_index(theirs, fetcher.url(name))
     except (OSError, ShardstreamError):  # unreadable or not an index: not this remote's
         return False
 

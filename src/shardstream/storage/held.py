@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ..format.reader import ShardReader
+from ..format.source import ShardRows
 
 
 class HeldShards:
@@ -23,7 +23,7 @@ class HeldShards:
         self._held: OrderedDict[int, None] = OrderedDict()
         self._mutex = threading.Lock()
 
-    def hold(self, i: int, keep: int) -> ShardReader:
+    def hold(self, i: int, keep: int) -> ShardRows:
         """Pin shard ``i`` (unless held already) and keep up to ``keep`` of the most recent pins."""
         cache = self.cache
         with self._mutex:

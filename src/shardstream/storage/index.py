@@ -1,4 +1,4 @@
-"""Getting a remote dataset's ``index.json`` into the cache, once per machine.
+"""Getting a remote dataset's index file (``index.json`` for MDS) into the cache, once per machine.
 
 The first process on a machine fetches it under an exclusive lock; the others wait
 and read the local copy. The remote file's size and ETag (or modification time) are
@@ -18,30 +18,32 @@ from typing import Optional
 
 from ..errors import CorruptIndexError, DownloadError, IndexNotFoundError, NotADatasetError
 from ..format.atomic import atomic_write, read_json
-from ..format.index import INDEX_BASENAME, ShardInfo, loads_index, not_a_dataset, read_index
-from .cache import META, ShardCache
-from .claim import RECORD, claim
+from ..format.index import not_a_dataset
+from ..format.source import ShardFormat, get_format
+from .claim import META, RECORD, claim
+from .eviction import CacheSpace
 from .fetch import Fetcher
 from .locks import FileLock
 from .versions import RemoteVersions, forget, object_signature
 
 
-def _signature(fetcher: Fetcher) -> Optional[dict]:
-    """What identifies the remote index's current version, from one metadata request (None if unknown)."""
+def _signature(fetcher: Fetcher, name: str) -> Optional[dict]:
+    """What identifies the remote index file ``name``'s current version, from one metadata request
+    (None if unknown)."""
     try:
-        info = fetcher.fs.info(f"{fetcher.root}/{INDEX_BASENAME}" if fetcher.root else INDEX_BASENAME)
+        info = fetcher.fs.info(f"{fetcher.root}/{name}" if fetcher.root else name)
     except NotADirectoryError:
         raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
     except FileNotFoundError:
         if _is_file(fetcher):
             raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
         raise IndexNotFoundError(
-            f"no {INDEX_BASENAME} at {fetcher.url(INDEX_BASENAME)}; is remote= the dataset directory "
+            f"no {name} at {fetcher.url(name)}; is remote= the dataset directory "
             "(or does it need split=...)?"
         ) from None
     except Exception:  # a store without metadata requests: fall back to the cached copy
         return None
-    return {"url": fetcher.url(INDEX_BASENAME), **object_signature(info)}
+    return {"url": fetcher.url(name), **object_signature(info)}
 
 
 def _is_file(fetcher: Fetcher) -> bool:
@@ -52,23 +54,25 @@ def _is_file(fetcher: Fetcher) -> bool:
         return False
 
 
-def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[ShardInfo]:
-    """The shards of the remote dataset behind ``fetcher``, with ``index.json`` cached in ``dirname``
-    (which must be empty, new, or already this remote's cache: see :mod:`.claim`). From then on
-    ``fetcher`` checks every shard it downloads against this version (see :mod:`.versions`)."""
+def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0, fmt: Optional[ShardFormat] = None) -> list:
+    """The shards of the remote dataset behind ``fetcher`` (of format ``fmt``, default MDS), with its
+    index file cached in ``dirname`` (which must be empty, new, or already this remote's cache: see
+    :mod:`.claim`). From then on ``fetcher`` checks every shard it downloads against this version
+    (see :mod:`.versions`)."""
+    fmt = get_format("mds") if fmt is None else fmt
     meta = os.path.join(dirname, META)
     record_path = os.path.join(meta, RECORD)
-    sig = _signature(fetcher)
-    adopted = claim(dirname, fetcher)  # before anything is written into dirname
+    sig = _signature(fetcher, fmt.index_name)
+    adopted = claim(dirname, fetcher, fmt)  # before anything is written into dirname
     with FileLock(os.path.join(meta, "index.lock")) as lock:
         lock.acquire(True, wait)
-        cached = os.path.exists(os.path.join(dirname, INDEX_BASENAME))
+        cached = os.path.exists(os.path.join(dirname, fmt.index_name))
         record = read_json(record_path) or {}
         current = "opened" in record and (sig is None or record.get("signature") == sig)
         if cached and (current or (adopted and sig is not None)):
-            shards = read_index(dirname)  # adopted: its index.json is the remote's current one, so keep its shards
+            shards = fmt.read_shards(dirname)  # adopted: its index is the remote's current one, so keep its shards
         else:
-            shards = _refresh(dirname, fetcher, sig, cached)
+            shards = _refresh(dirname, fetcher, sig, cached, fmt)
         if not (cached and current):
             record = {"signature": sig, "opened": time.time()}
             forget(meta)
@@ -77,30 +81,30 @@ def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0) -> list[Sha
         return shards
 
 
-def _refresh(dirname: str, fetcher: Fetcher, sig: Optional[dict], cached: bool) -> list[ShardInfo]:
+def _refresh(dirname: str, fetcher: Fetcher, sig: Optional[dict], cached: bool, fmt: ShardFormat) -> list:
     """Fetch the index again, evicting the cached shards it no longer vouches for."""
-    previous = read_index(dirname) if cached else None
+    previous = fmt.read_shards(dirname) if cached else None
     tmp = os.path.join(dirname, META, "index.fetch")
     try:
-        shards = _fetch_index(fetcher, tmp)
+        shards = _fetch_index(fetcher, tmp, fmt)
     except DownloadError:
         if previous is not None and sig is None:
             return previous  # the store is unreachable and cannot tell us the index changed
         raise
     if previous is not None:
-        _evict_changed(dirname, previous, shards)
-    os.replace(tmp, os.path.join(dirname, INDEX_BASENAME))
+        _evict_changed(dirname, previous, shards, fmt)
+    os.replace(tmp, os.path.join(dirname, fmt.index_name))
     return shards
 
 
-def _fetch_index(fetcher: Fetcher, tmp: str) -> list[ShardInfo]:
+def _fetch_index(fetcher: Fetcher, tmp: str, fmt: ShardFormat) -> list:
     """Fetch and parse the index into ``tmp``; one that arrives damaged (not an index) is fetched once more."""
     for attempt in range(2):
-        fetcher.fetch(INDEX_BASENAME, tmp)
+        fetcher.fetch(fmt.index_name, tmp)
         with open(tmp, "rb") as f:
             text = f.read()
         try:
-            return loads_index(text, fetcher.url(INDEX_BASENAME))
+            return fmt.parse_index(text, fetcher.url(fmt.index_name))
         except CorruptIndexError:
             os.unlink(tmp)
             if attempt:
@@ -108,17 +112,18 @@ def _fetch_index(fetcher: Fetcher, tmp: str) -> list[ShardInfo]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _evict_changed(dirname: str, old: list[ShardInfo], new: list[ShardInfo]) -> None:
+def _evict_changed(dirname: str, old: list, new: list, fmt: ShardFormat) -> None:
     """Delete cached shards whose index entries differ between ``old`` and ``new``, and those whose
-    entries record no digest (a shard rewritten with the same size would look unchanged)."""
-    by_name = {s.raw_data.basename: s for s in new}
-    stale = [s for s in old if by_name.get(s.raw_data.basename) != s or not s.stored.hashes]
+    downloaded files record no digest (a shard rewritten with the same size would look unchanged)."""
+    by_name = {fmt.resident_file(s).basename: s for s in new}
+    stale = [s for s in old if by_name.get(fmt.resident_file(s).basename) != s
+             or not all(f.hashes for f in fmt.fetched_files(s))]
     if not stale:
         return
-    cache = ShardCache(dirname, stale, fetcher=None)
-    for i in range(len(stale)):
-        if not cache._try_evict_local(i):
+    space = CacheSpace(dirname, stale, fmt)
+    for i, s in enumerate(stale):
+        if not space.try_evict(i):
             raise DownloadError(
                 f"the dataset at {dirname} changed on the remote, but a process still uses cached shard "
-                f"{stale[i].raw_data.basename!r} of the old version; stop it, or give this run its own local="
+                f"{fmt.resident_file(s).basename!r} of the old version; stop it, or give this run its own local="
             )

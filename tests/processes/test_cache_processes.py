@@ -303,7 +303,7 @@ def test_downloader_killed_mid_download_leaves_nothing_to_clean(tmp_path, make_d
         assert all(e.startswith(f"{TMP_PREFIX}{name}.{victim.pid}.") for e in partial)
         other = StreamingDataset(remote=url(remote), local=local)
         assert other.prepare_shard(0, blocking=False) is False  # the download lock is taken
-        assert other._cache.fetcher.files == 0
+        assert other.table.stores[0].fetcher.files == 0
         os.kill(victim.pid, signal.SIGKILL)
         assert victim.wait(timeout=10) == -signal.SIGKILL
         assert temp_files() == partial  # the dead process's leftovers

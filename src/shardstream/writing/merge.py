@@ -1,19 +1,30 @@
-"""``merge_index``: one index.json over sub-datasets written in parallel."""
+"""``merge_index``: one index.json over sub-datasets written in parallel into subdirectories."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import tempfile
 from typing import Optional, Sequence, Union
 
-from .errors import IndexNotFoundError, InvalidArgumentError
-from .format.index import INDEX_BASENAME, ShardInfo, loads_index, read_index, write_index_atomic
-from .format.merge import prefix_shards
-from .storage.fs import filesystem, is_remote
-from .storage.upload import Uploader
+from ..errors import IndexNotFoundError, InvalidArgumentError
+from ..format.index import INDEX_BASENAME, ShardInfo, check_basename, loads_index, read_index, write_index_atomic
+from ..storage.fs import filesystem, is_remote
+from ..storage.upload import Uploader
 
 IndexRef = Union[str, tuple[str, str]]
+
+
+def prefix_shards(shards: list[ShardInfo], prefix: str) -> list[ShardInfo]:
+    """Shard entries of a sub-dataset as seen from its parent directory."""
+    check_basename(prefix, "merge prefix")
+    out = []
+    for s in shards:
+        raw = dataclasses.replace(s.raw_data, basename=posixpath.join(prefix, s.raw_data.basename))
+        zipped = s.zip_data and dataclasses.replace(s.zip_data, basename=posixpath.join(prefix, s.zip_data.basename))
+        out.append(dataclasses.replace(s, raw_data=raw, zip_data=zipped))
+    return out
 
 
 def _relative(index_url: str, out: str) -> str:

@@ -27,7 +27,9 @@ from .mix import Warp
 _CELLS = 1 << 20  # rows x streams handled at once
 
 
-class Merge:
+class StreamInterleave:
+    """Which stream's element fills each slot of an epoch, for ``counts[s]`` elements of stream ``s``."""
+
     def __init__(self, counts, jitter_key: Optional[int] = None, warp: Optional[Warp] = None) -> None:
         self.counts = np.asarray(counts, np.int64)
         self.streams = self.counts.size

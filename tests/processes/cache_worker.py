@@ -71,12 +71,12 @@ def stream(opts: dict) -> None:
         if n % every == 0:
             usage = max(usage, ds.cache_usage)
     _write_json(opts["result"], {"pid": os.getpid(), "ids": ids, "digests": digests, "max_usage": usage,
-                                 "files": ds._cache.fetcher.files, "bytes": ds._cache.fetcher.bytes})
+                                 "files": ds.table.stores[0].fetcher.files, "bytes": ds.table.stores[0].fetcher.bytes})
 
 
 def pin(opts: dict) -> None:
     ds = _dataset(opts)
-    ds._cache.pin(opts["shard"])
+    ds.table.pin(opts["shard"])
     _touch(opts["ready"])
     deadline = time.monotonic() + float(opts.get("timeout", 60))
     while not os.path.exists(opts["stop"]) and time.monotonic() < deadline:
@@ -112,7 +112,7 @@ def prepare(opts: dict) -> None:
         _stall_downloads(stall["name"], stall["after_reads"], stall["chunk"], stall["marker"])
     ds = _dataset(opts)
     ok = ds.prepare_shard(opts["shard"])
-    _write_json(opts["result"], {"pid": os.getpid(), "ok": ok, "files": ds._cache.fetcher.files})
+    _write_json(opts["result"], {"pid": os.getpid(), "ok": ok, "files": ds.table.stores[0].fetcher.files})
 
 
 if __name__ == "__main__":

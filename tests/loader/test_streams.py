@@ -19,24 +19,21 @@ import pytest
 import shardstream
 from shardstream import InvalidArgumentError, MDSWriter, Stream, StreamingDataset, WeightSchedule, World
 from shardstream.errors import HashMismatchError, IncompatibleStateError, UnsupportedFormatError
-from shardstream.testing import check_resumes_identically, read_world
+from shardstream.testing import check_resumes_identically, read_world, write_dataset
 
 SIZES = {"a": 40, "b": 25, "c": 60}
 COLUMNS = {"id": "int", "src": "str"}
 
 
-def _write(out: str, n: int, tag: str, size_limit: int = 250, **kwargs) -> str:
-    with MDSWriter(out=out, columns=COLUMNS, size_limit=size_limit, **kwargs) as writer:
-        for i in range(n):
-            writer.write({"id": i, "src": tag})
-    return out
+def _tagged(n: int, tag: str):
+    return ({"id": i, "src": tag} for i in range(n))
 
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory) -> dict[str, str]:
     """Three streams ``a`` (40 samples), ``b`` (25), ``c`` (60), several shards each."""
     root = tmp_path_factory.mktemp("streams")
-    out = {tag: _write(str(root / tag), n, tag) for tag, n in SIZES.items()}
+    out = {tag: write_dataset(str(root / tag), COLUMNS, _tagged(n, tag), size_limit=250) for tag, n in SIZES.items()}
     for tag, path in out.items():
         assert len(StreamingDataset(local=path).shards) >= 3, tag
     return out
@@ -389,7 +386,7 @@ def split_roots(tmp_path_factory) -> tuple[str, str]:
     roots = []
     for name in ("r1", "r2"):
         for split, n in (("train", 12), ("val", 5)):
-            _write(str(base / name / split), n, f"{name}-{split}", size_limit=200)
+            write_dataset(str(base / name / split), COLUMNS, _tagged(n, f"{name}-{split}"), size_limit=200)
         roots.append(str(base / name))
     return roots[0], roots[1]
 
@@ -417,7 +414,7 @@ def test_without_any_split_the_stream_directory_is_read(split_roots, paths):
 @pytest.fixture
 def corrupt(tmp_path) -> str:
     """A stream whose shard 1 has one flipped byte, with xxh64 digests in its index."""
-    out = _write(str(tmp_path / "corrupt"), 30, "x", hashes=["xxh64"])
+    out = write_dataset(str(tmp_path / "corrupt"), COLUMNS, _tagged(30, "x"), size_limit=250, hashes=["xxh64"])
     path = os.path.join(out, "shard.00001.mds")
     data = bytearray(open(path, "rb").read())
     assert data[-1:] == b"x"

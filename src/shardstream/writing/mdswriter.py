@@ -6,13 +6,13 @@ import os
 import shutil
 from typing import Any, Optional, Sequence, Union
 
-from .errors import InvalidArgumentError
-from .format.index import INDEX_BASENAME
-from .format.writer import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT, ShardWriter
-from .keywords import checked_keywords
-from .storage.fs import is_remote, split_protocol
-from .storage.staging import Staging
-from .storage.upload import Uploader
+from ..errors import InvalidArgumentError
+from ..format.index import INDEX_BASENAME
+from ..format.shardwriter import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT, ShardWriter
+from ..keywords import checked_keywords
+from ..storage.fs import is_remote, split_protocol
+from ..storage.staging import Staging
+from ..storage.upload import Uploader
 
 
 def resolve_out(out: Union[str, tuple[str, str]]) -> tuple[Optional[str], Optional[str]]:

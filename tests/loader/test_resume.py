@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
-from shardstream import InvalidArgumentError, MDSWriter, ShardstreamError, StreamingDataset
+from shardstream import InvalidArgumentError, ShardstreamError, StreamingDataset
 from shardstream.errors import IncompatibleStateError
 from shardstream.plan import World
-from shardstream.testing import check_resumes_identically, read_world
+from shardstream.testing import check_resumes_identically, read_world, write_dataset
 
 N = 250
 ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
@@ -25,17 +25,11 @@ STATE_KEYS = {
 }
 
 
-def _write(out: str, n: int, size_limit: int) -> str:
-    with MDSWriter(out=out, columns={"id": "int"}, size_limit=size_limit) as writer:
-        for i in range(n):
-            writer.write({"id": i})
-    return out
-
-
 @pytest.fixture(scope="module")
 def ints(tmp_path_factory) -> str:
     """N int samples ``{"id": i}`` in shards of 27 (the last one shorter)."""
-    return _write(str(tmp_path_factory.mktemp("resume") / "ints"), N, 500)
+    out = tmp_path_factory.mktemp("resume") / "ints"
+    return write_dataset(out, {"id": "int"}, ({"id": i} for i in range(N)), size_limit=500)
 
 
 def ids_of(samples) -> list[int]:
@@ -438,7 +432,7 @@ def assert_untouched(ds: StreamingDataset) -> None:
     (N, 486, ("shard_sizes_xxh64",)),
 ])
 def test_state_of_another_dataset_is_refused(tmp_path, saved, n, size_limit, keys):
-    other = _write(str(tmp_path / "other"), n, size_limit)
+    other = write_dataset(str(tmp_path / "other"), {"id": "int"}, ({"id": i} for i in range(n)), size_limit=size_limit)
     ds = StreamingDataset(local=other, batch_size=4, **BASE)
     if keys == ("shard_sizes_xxh64",):  # same sample and shard counts, other shard sizes
         assert len(ds.shards) == saved["num_shards"] and len(ds) == saved["num_samples"]

@@ -1,0 +1,176 @@
+"""Who decides a sample's position: the epoch cursor.
+
+:class:`EpochCursor` is the one owner of *where the dataset is* in its run: the epoch the
+next pass runs, a pending resumption point loaded from a checkpoint, the pass in progress
+(its epoch, its segment of the epoch plan, its start and its world) and how far this
+process has consumed it. Loaders and integrations use only its public methods.
+
+What an epoch looks like is a strategy behind it: :class:`~.order.SingleOrder` for one
+dataset, :class:`~.mixorder.MixedOrder` for a mixture of streams. A strategy turns an epoch
+(or a resumption point) into a :class:`Pass` for a world, and a position of a pass into a
+state dict; it keeps no notion of "current".
+
+Positions are global *plan* positions: sample ``p`` of an epoch is the ``p``-th of the
+global order, whatever the number of ranks and workers. A checkpoint records how far the
+plan was consumed (see :mod:`.nodes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..plan import World
+from .state import decode_state
+
+
+@dataclass
+class Pass:
+    """One pass over an epoch by one process: its epoch, plan segment, start position and world.
+
+    ``yielded`` counts the samples this process's iterator handed out; :meth:`position` turns
+    it into the global plan position consumed."""
+
+    epoch: int
+    plan: Any
+    start: int
+    world: World
+    yielded: int = 0
+
+    def position(self) -> int:
+        """The global plan position after the samples this process yielded.
+
+        With one rank and one worker that is exact to the sample. Otherwise it counts this
+        worker's whole steps: after its ``c``-th step (global step ``k``), every step up to ``k``
+        has been read by some worker of every rank, so the position is the end of step ``k``.
+        """
+        world, plan = self.world, self.plan
+        if world.readers == 1 and world.workers == 1:
+            return min(self.start + self.yielded, plan.end)
+        done = self.yielded // max(plan.device_batch(world), 1)
+        if not done:
+            return self.start
+        g = plan.global_batch
+        first = (self.start - plan.origin) // g
+        step = first + world.worker + (done - 1) * world.workers
+        return min(plan.origin + (step + 1) * g, plan.end)
+
+    @property
+    def steps(self) -> int:
+        """Global steps from this pass's start to the end of its epoch."""
+        return (self.plan.end - self.start) // self.plan.global_batch
+
+
+class EpochCursor:
+    """Epoch, pending resume, pass in progress and consumed position of one dataset (see the module
+    docstring). ``order``: the strategy (single or mixed)."""
+
+    def __init__(self, order) -> None:
+        self.order = order
+        self._next_epoch = 0
+        self._pending = None  # a validated ResumePoint, applied by the next begin()
+        self._current: Optional[Pass] = None
+
+    # -- where the run is ------------------------------------------------------------------
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next pass runs (unless a pending resume point says otherwise)."""
+        return self._next_epoch
+
+    @property
+    def pending(self):
+        """The resumption point the next pass starts from, or None."""
+        return self._pending
+
+    @property
+    def current(self) -> Optional[Pass]:
+        """The pass in progress in this process, or None."""
+        return self._current
+
+    @property
+    def ticket(self) -> tuple:
+        """What the next :meth:`begin` would run; it changes exactly when that pass changes."""
+        return self._next_epoch, self._pending
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass run ``epoch`` from its start, dropping any pending resume point."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidArgumentError(f"set_epoch({epoch!r}): the epoch must be an int >= 0")
+        self._next_epoch, self._pending, self._current = epoch, None, None
+
+    def set_batch_size(self, batch_size: int) -> None:
+        """Plan in steps of ``batch_size`` samples per rank from now on."""
+        self.order.options = dataclasses.replace(self.order.options, batch_size=batch_size)
+
+    # -- passes ------------------------------------------------------------------------------
+    def upcoming(self, world: World) -> Pass:
+        """The pass the next :meth:`begin` would start, without starting it."""
+        self.order.check(world)
+        point = self._pending
+        if point is not None:
+            resumed = self.order.resume(point, world)
+            if resumed is not None:
+                return resumed
+            return self.order.fresh(point.epoch + 1, world)  # the saved epoch was complete
+        return self.order.fresh(self._next_epoch, world)
+
+    def begin(self, world: World) -> Pass:
+        """Start the next pass: the pending resume point if any, else the next epoch from its start."""
+        current = self.upcoming(world)
+        self._pending = None
+        self._next_epoch = current.epoch + 1
+        self._current = current
+        return current
+
+    def epoch_plan(self, epoch: Optional[int], world: World):
+        """The plan of ``epoch`` (default: the next) for ``world``."""
+        return self.order.epoch_plan(self._next_epoch if epoch is None else epoch, world)
+
+    def where(self) -> tuple[int, int]:
+        """``(epoch, position)`` of this process: in its pass (whole global steps), else the next pass's start."""
+        cur = self._current
+        if cur is not None and cur.world.workers == 1:
+            return cur.epoch, cur.position()
+        if self._pending is not None:
+            return self._pending.epoch, self._pending.position
+        return self._next_epoch, 0
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_at(self, current: Pass, position: int) -> dict[str, Any]:
+        """The state dict at global plan ``position`` of the pass ``current``."""
+        return self.order.state(current.epoch, min(position, current.plan.end), current.plan)
+
+    def state_dict(self, num_samples: Optional[int], from_beginning: bool, world: World) -> dict[str, Any]:
+        """The state after ``num_samples`` of the pass in progress (or of the upcoming one, in a
+        process that does not iterate itself, such as a DataLoader's main process); without
+        ``num_samples``, after what this process consumed."""
+        cur = self._current
+        if cur is None:
+            cur = self.upcoming(world)
+            if num_samples is None:
+                return self.state_at(cur, cur.start)
+        if num_samples is None:
+            if cur.world.workers > 1:
+                raise InvalidArgumentError(
+                    "this process cannot see what DataLoader workers consumed; pass num_samples (the number of "
+                    "samples the whole job consumed this epoch) to state_dict()")
+            return self.state_at(cur, cur.position())
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 0:
+            raise InvalidArgumentError(f"num_samples={num_samples!r} must be an int >= 0")
+        position = int(num_samples) if from_beginning else cur.start + int(num_samples)
+        if position < cur.plan.origin:
+            raise InvalidArgumentError(
+                f"num_samples={num_samples} puts the position ({position}) before this pass's start "
+                f"({cur.plan.origin}); with a resumed run count from_beginning=False or add the start")
+        return self.state_at(cur, position)
+
+    def load_state_dict(self, obj, world: World) -> None:
+        """Validate a state and make it the next pass's starting point (any world size)."""
+        point = self.order.adopt(decode_state(obj), world)
+        self._pending = point
+        self._next_epoch = point.epoch
+        self._current = None

@@ -1,0 +1,1 @@
+"""Tests of StreamingDataset over local datasets: indexing, order, mixed streams, resumption, worlds."""
