@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import pytest
 
-from shardstream import BatchLoader, MDSWriter, StreamingDataset
+from shardstream import BatchLoader, StreamingDataset
 from shardstream.loader.nodes import PlanNode
+from shardstream.testing import write_dataset
 
 N = 240
 
 
 @pytest.fixture(scope="module")
 def ints(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("positions") / "ints")
-    with MDSWriter(out=out, columns={"id": "int"}, size_limit=400) as writer:
-        for i in range(N):
-            writer.write({"id": i})
-    return out
+    samples = ({"id": i} for i in range(N))
+    return write_dataset(tmp_path_factory.mktemp("positions") / "ints", {"id": "int"}, samples, size_limit=400)
 
 
 class Evens(StreamingDataset):

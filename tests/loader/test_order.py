@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardstream import InvalidArgumentError, MDSWriter, ShardstreamError, StreamingDataset
+from shardstream import InvalidArgumentError, ShardstreamError, StreamingDataset
 from shardstream.plan import World
-from shardstream.testing import read_world
+from shardstream.testing import read_world, write_dataset
 
 N = 250
 ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
@@ -17,11 +17,8 @@ LAUNCHER_VARS = ("WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
 @pytest.fixture(scope="module")
 def ints(tmp_path_factory) -> str:
     """N int samples ``{"id": i}`` in shards of 27 (the last one shorter)."""
-    out = str(tmp_path_factory.mktemp("order") / "ints")
-    with MDSWriter(out=out, columns={"id": "int"}, size_limit=500) as writer:
-        for i in range(N):
-            writer.write({"id": i})
-    return out
+    samples = ({"id": i} for i in range(N))
+    return write_dataset(tmp_path_factory.mktemp("order") / "ints", {"id": "int"}, samples, size_limit=500)
 
 
 @pytest.fixture

@@ -28,14 +28,23 @@ class PrefetchError(ShardstreamError, RuntimeError):
 
 
 class Chunk:
-    __slots__ = ("flat", "shards", "local", "order", "pins", "size")
+    """Located samples of the plan: ``flat`` ids, the ``shards`` and ``local`` rows they are at."""
+
+    __slots__ = ("flat", "shards", "local", "_order", "pins", "size")
 
     def __init__(self, flat: np.ndarray, shards: np.ndarray, local: np.ndarray) -> None:
         self.flat, self.shards, self.local = flat, shards, local
-        first = np.unique(shards, return_index=True)[1]
-        self.order = shards[np.sort(first)].tolist()  # distinct shards, by first use
+        self._order: Optional[list] = None
         self.pins: list[tuple[int, Future]] = []
         self.size = len(flat)
+
+    @property
+    def order(self) -> list:
+        """The distinct shards, by first use (worked out when prefetching asks)."""
+        if self._order is None:
+            first = np.unique(self.shards, return_index=True)[1]
+            self._order = self.shards[np.sort(first)].tolist()
+        return self._order
 
 
 class Prefetcher:

@@ -86,41 +86,38 @@ class PassReader:
 
     # -- samples ---------------------------------------------------------------------------------
     def samples(self) -> Iterator[dict[str, Any]]:
-        """This worker's samples of the pass, in plan order."""
-        held = _Held(self.table, self.columns)
+        """This worker's samples of the pass, in plan order (one generator: no per-sample layers)."""
+        current, columns = self.current, self.columns
+        held = _Held(self.table, columns)
         try:
             for chunk, pinned in self.chunks():
-                yield from self._chunk_samples(chunk, held.enter(pinned))
-        finally:
-            held.close()
-
-    def _chunk_samples(self, chunk: Chunk, getters: "_Getters") -> Iterator[dict[str, Any]]:
-        current, columns = self.current, self.columns
-        try:
-            bounds = long_runs(chunk.flat, chunk.shards)
-            if bounds is not None:  # long runs of consecutive samples: decode them in order
-                for lo, hi in zip(bounds[:-1], bounds[1:]):
-                    shard = int(chunk.shards[lo])
-                    reader = getters.run(shard)
-                    first = int(chunk.local[lo])
-                    for sample in reader.iter_range(first, first + hi - lo, columns):
+                getters = held.enter(pinned)
+                try:
+                    bounds = long_runs(chunk.flat, chunk.shards)
+                    if bounds is not None:  # long runs of consecutive samples: decode them in order
+                        for lo, hi in zip(bounds[:-1], bounds[1:]):
+                            first = int(chunk.local[lo])
+                            reader = getters.run(int(chunk.shards[lo]))
+                            for sample in reader.iter_range(first, first + hi - lo, columns):
+                                current.yielded += 1
+                                yield sample
+                        continue
+                    found, miss, own = getters.found, getters.miss, getters.own
+                    for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
+                        if own is not None and shard != own:
+                            getters.leave()
+                            own = None
+                        get = found.get(shard)
+                        if get is None:
+                            get = miss(shard)
+                            own = getters.own
+                        sample = get(off)
                         current.yielded += 1
                         yield sample
-                return
-            found, miss, own = getters.found, getters.miss, getters.own
-            for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
-                if own is not None and shard != own:
-                    getters.leave()
-                    own = None
-                get = found.get(shard)
-                if get is None:
-                    get = miss(shard)
-                    own = getters.own
-                sample = get(off)
-                current.yielded += 1
-                yield sample
+                finally:
+                    getters.done()
         finally:
-            getters.done()
+            held.close()
 
     def made(self, fetch: Callable[[int], Any]) -> Iterator[Any]:
         """``fetch(sample id)`` for each of this worker's samples (shards still prepared ahead)."""
