@@ -50,4 +50,5 @@ class StreamOptions:
         if unknown:
             raise InvalidArgumentError(
                 f"StreamOptions has no option {unknown[0]!r}; it has {', '.join(sorted(fields))}")
-        return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
+        changed = {k: v for k, v in values.items() if v is not None and v != getattr(self, k)}
+        return dataclasses.replace(self, **changed) if changed else self  # validated once, when nothing changes

@@ -49,13 +49,14 @@ def open_streams(places: Sequence[Place], storage_options: Optional[dict]) -> li
     """Every place opened with its options; two places from different remotes (or a remote and a
     local dataset) that would share a directory are refused before anything is opened."""
     located: list[tuple[Optional[str], str, str]] = []
+    first_at: dict[str, Optional[str]] = {}  # directory -> the remote (or None) of its first stream
     for _, remote, local, options in places:
         remote, local, dirname = locate(remote, local, options.split)
-        for other_remote, _, other_dirname in located:
-            if other_dirname == dirname and other_remote != remote:
-                raise InvalidArgumentError(
-                    f"two streams keep their shards in {dirname!r} but come from different places "
-                    f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
+        other_remote = first_at.setdefault(dirname, remote)
+        if other_remote != remote:
+            raise InvalidArgumentError(
+                f"two streams keep their shards in {dirname!r} but come from different places "
+                f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
         located.append((remote, local, dirname))
     return [_open(place[0], *where, place[3], storage_options) for place, where in zip(places, located)]
 
