@@ -160,12 +160,13 @@ def get_format(name: Any) -> ShardFormat:
         return fmt
     target = KNOWN_FORMATS.get(name) if isinstance(name, str) else None
     if target is None:
-        known = sorted(set(KNOWN_FORMATS) | set(_REGISTRY))
-        raise UnsupportedFormatError(f"format={name!r} is not a known shard format; known: {', '.join(known)}")
+        raise UnsupportedFormatError(
+            f"format={name!r} is not a known shard format; known: {', '.join(format_names())}")
     module, attr = target.split(":")
     fmt = _REGISTRY[name] = getattr(importlib.import_module(module), attr)
     return fmt
 
 
 def format_names() -> list[str]:
+    """The names ``format=`` accepts: the built-in formats and those registered."""
     return sorted(set(KNOWN_FORMATS) | set(_REGISTRY))
