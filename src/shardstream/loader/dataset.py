@@ -89,9 +89,10 @@ class StreamingDataset:
         world: Optional[World] = None,
         weight_schedule: Optional[WeightSchedule] = None,
     ) -> None:
+        defaults = StreamOptions(split=split, download_retry=download_retry, download_timeout=download_timeout,
+                                 validate_hash=validate_hash, keep_zip=keep_zip)
         self.options = DatasetOptions(
-            download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
-            keep_zip=keep_zip, predownload=predownload, sampling_method=sampling_method,
+            predownload=predownload, sampling_method=sampling_method,
             sampling_granularity=sampling_granularity, partition_algo=partition_algo,
             num_canonical_nodes=num_canonical_nodes, batch_size=batch_size, shuffle=shuffle,
             shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed, shuffle_block_size=shuffle_block_size,
@@ -114,8 +115,6 @@ class StreamingDataset:
         limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
         self.cache_limit = limit
         mixed = streams is not None or epoch_size is not None or weight_schedule is not None
-        defaults = StreamOptions(split=split, download_retry=download_retry, download_timeout=download_timeout,
-                                 validate_hash=validate_hash, keep_zip=keep_zip)
         opened = open_streams(places(streams, remote, local, defaults, mixed), storage_options)
         self.table = ShardTable(open_stores(opened, limit))
         self.remote = next((o.remote for o in opened if o.remote is not None), None)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..storage.options import DEFAULT_DOWNLOAD_RETRY, DEFAULT_DOWNLOAD_TIMEOUT
 from ..plan.settings import (
     BATCHING_METHODS,
     DEFAULT_BATCHING_METHOD,
@@ -49,10 +48,9 @@ def _positive(name: str, value, allow_none: bool = True, zero: bool = False) -> 
 
 @dataclass(frozen=True)
 class DatasetOptions:
-    download_retry: int = DEFAULT_DOWNLOAD_RETRY
-    download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
-    validate_hash: Optional[str] = None
-    keep_zip: bool = False
+    """How a dataset plans and reads its epochs. Where its streams are read from, and how they are
+    downloaded, is each stream's :class:`~shardstream.storage.options.StreamOptions`."""
+
     predownload: Optional[int] = None
     sampling_method: str = DEFAULT_SAMPLING_METHOD
     sampling_granularity: int = DEFAULT_SAMPLING_GRANULARITY
@@ -69,9 +67,6 @@ class DatasetOptions:
     epoch_tail: str = DEFAULT_EPOCH_TAIL
 
     def __post_init__(self) -> None:
-        _positive("download_retry", self.download_retry, allow_none=False, zero=True)
-        if not isinstance(self.download_timeout, (int, float)) or self.download_timeout <= 0:
-            raise InvalidArgumentError(f"download_timeout={self.download_timeout!r} must be a positive number of seconds")
         _positive("predownload", self.predownload, zero=True)
         _positive("sampling_granularity", self.sampling_granularity, allow_none=False)
         _positive("num_canonical_nodes", self.num_canonical_nodes)
