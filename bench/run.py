@@ -25,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import bench_files
 import bench_loader
 import bench_mix
 import bench_plan
@@ -186,7 +187,7 @@ def summarize_targets(R: dict) -> list[dict]:
         b = get(mo, "write", comp, "samples_per_s")
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
-            + bench_mix.target_rows(R.get("mix")))
+            + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -384,6 +385,10 @@ def render(R: dict) -> str:
     if R.get("mix"):
         L += [bench_mix.markdown(R["mix"]).replace("## Mixing many streams", f"## {n}. Mixing many streams", 1), ""]
         n += 1
+    if R.get("files"):
+        section = bench_files.markdown(R["files"], targets=False)
+        L += [section.replace("## Reading Parquet", f"## {n}. Reading Parquet", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -444,6 +449,12 @@ def main() -> None:
                     "to skip)")
     ap.add_argument("--mix-repeats", type=int, default=3,
                     help="fresh processes per library for the mixing section's start and resume times")
+    ap.add_argument("--files-rows-per-file", type=int, default=bench_files.DEFAULT_ROWS,
+                    help="rows per file of the Parquet / JSONL section (bench/bench_files.py; 3 files; 0 to skip)")
+    ap.add_argument("--files-limit", type=int, default=bench_files.DEFAULT_LIMIT,
+                    help="rows per pass in the Parquet / JSONL section, the same on every side (0: all rows)")
+    ap.add_argument("--files-repeats", type=int, default=3,
+                    help="timed passes per sequential measurement of the Parquet / JSONL section")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.from_json:
@@ -513,6 +524,13 @@ def main() -> None:
         wrong = bench_mix.failed(R["mix"])
         if wrong:
             log(f"!! stream-mixing section: failed or wrong: {', '.join(wrong)}")
+    if args.files_rows_per_file:
+        R["files"] = bench_files.run_files(os.path.join(work, "files"), args.peer_python, args.files_rows_per_file,
+                                           limit=args.files_limit or None, repeats=args.files_repeats,
+                                           keep_data=args.keep_data)
+        wrong = bench_files.failed(R["files"])
+        if wrong:
+            log(f"!! Parquet / JSONL section: failed or wrong: {', '.join(wrong)}")
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start

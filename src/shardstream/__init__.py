@@ -37,6 +37,18 @@ from .loader.stream import Stream, WeightSchedule
 from .plan import World
 from .writing.merge import merge_index
 from .writing.mdswriter import MDSWriter
+from .errors import SplitNotFoundError
+from .hub import load_dataset
+from .sources import (
+    ArrowShardedSource,
+    CsvShardedSource,
+    HuggingFaceShardedSource,
+    JsonShardedSource,
+    ParquetShardedSource,
+    ShardedSource,
+    TextShardedSource,
+    TransformedShardedSource,
+)
 
 __version__ = "0.1.0"
 
@@ -49,6 +61,11 @@ __all__ = [
     "ShardNotFoundError", "UnknownKeywordError", "UnsafeEncodingError", "UnsafePathError", "UnsupportedFormatError",
     "CacheDirectoryError", "NotADatasetError", "RemoteChangedError", "DownloadError", "CacheLimitError",
     "UploadError", "WriterError", "__version__",
+]
+__all__ += [
+    "load_dataset", "SplitNotFoundError", "ShardedSource", "ParquetShardedSource", "JsonShardedSource",
+    "ArrowShardedSource", "CsvShardedSource", "TextShardedSource", "HuggingFaceShardedSource",
+    "TransformedShardedSource",
 ]
 
 

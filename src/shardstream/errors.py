@@ -122,3 +122,26 @@ class CacheDirectoryError(ShardstreamError, FileExistsError):
 
 class UnknownKeywordError(ShardstreamError, TypeError):
     """A keyword argument that the function does not take; the message names the closest one it does."""
+
+
+class NoFilesError(IndexNotFoundError):
+    """A path, glob or list of files names no file of the dataset's format; the message says where it
+    looked and what it matched."""
+
+
+class SchemaMismatchError(CorruptIndexError):
+    """The files of one dataset disagree on their columns; the message names the file and the column."""
+
+
+class BadRowError(CorruptShardError):
+    """A row of a text file (JSON Lines, CSV) cannot be parsed; the message names the file and the line
+    number, and how to skip such rows (``on_bad_rows="skip"``)."""
+
+
+class FileChangedError(RemoteChangedError):
+    """A data file changed (size, ETag or modification time) after the dataset listed it; its rows would
+    no longer be the ones the plan counted. Open the dataset again to list the new version."""
+
+
+class SplitNotFoundError(InvalidArgumentError):
+    """A split or subset (configuration) that the dataset does not have; the message lists those it has."""

@@ -76,20 +76,20 @@ def test_final_error_lists_every_attempt(http_server, http_remote, tmp_path):
 
 # -- a file where a dataset directory belongs -------------------------------------------------------
 def test_local_path_to_a_file(tmp_path):
-    path = tmp_path / "data.jsonl"
+    path = tmp_path / "data.bin"
     path.write_text('{"a": 1}\n')
     for local in (str(path), f"{path}/"):
         with pytest.raises(NotADatasetError, match="is a file; shardstream reads MDS datasets") as info:
             StreamingDataset(local=local)
         assert isinstance(info.value, NotADirectoryError) and isinstance(info.value, IndexNotFoundError)
         assert str(path) in str(info.value)
-    with pytest.raises(NotADatasetError, match="data.jsonl' is a file"):
+    with pytest.raises(NotADatasetError, match="data.bin' is a file"):
         StreamingDataset(local=str(path), split="train")
 
 
 @pytest.mark.parametrize("scheme", ["", "file://"])
 def test_remote_path_to_a_local_file(tmp_path, scheme):
-    path = tmp_path / "pq" / "part-0.parquet"
+    path = tmp_path / "pq" / "part-0.bin"
     path.parent.mkdir()
     path.write_bytes(b"PAR1")
     with pytest.raises(NotADatasetError, match="is a file; shardstream reads MDS datasets") as info:

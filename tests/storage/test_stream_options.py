@@ -16,7 +16,8 @@ from shardstream.storage.options import StreamOptions
 def test_defaults_are_the_datasets_and_the_lock_wait_covers_every_attempt():
     opts = StreamOptions()
     assert (opts.split, opts.download_retry, opts.download_timeout, opts.validate_hash, opts.keep_zip,
-            opts.format) == (None, 2, 60, None, False, "mds")
+            opts.format, opts.columns, opts.on_bad_rows) == (None, 2, 60, None, False, None, None, "raise")  # format:
+    # None is taken from the files' names, or MDS for a directory with index.json
     assert opts.lock_wait == 60 * 3 + 60
     assert StreamOptions(download_retry=0, download_timeout=5).lock_wait == 5 + 60
 

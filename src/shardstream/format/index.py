@@ -24,9 +24,17 @@ INDEX_VERSION = 2
 
 @dataclass(frozen=True)
 class FileInfo:
+    """One file a shard is made of: its ``basename`` (relative, in the dataset or cache directory), its
+    size and the digests known of it. A file that is a byte range of a larger remote file (a piece of
+    a Parquet or JSON Lines file, see :mod:`.files`) names that file in ``source``, with the range's
+    ``offset`` and the ``version`` of the file the range was listed from."""
+
     basename: str
     bytes: int
     hashes: dict = field(default_factory=dict)
+    source: Optional[str] = None
+    offset: int = 0
+    version: str = ""
 
     def to_json(self) -> dict:
         return {"basename": self.basename, "bytes": self.bytes, "hashes": dict(self.hashes)}

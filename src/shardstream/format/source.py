@@ -27,7 +27,23 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from ..errors import InvalidArgumentError, UnsupportedFormatError
 
 # name -> "module:attribute" of a built-in format, imported when first asked for
-KNOWN_FORMATS = {"mds": "shardstream.format.mds:MDS_FORMAT"}
+KNOWN_FORMATS = {
+    "mds": "shardstream.format.mds:MDS_FORMAT",
+    "parquet": "shardstream.format.parquet:PARQUET_FORMAT",
+    "arrow": "shardstream.format.arrowipc:ARROW_FORMAT",
+    "jsonl": "shardstream.format.lines:JSONL_FORMAT",
+    "json": "shardstream.format.lines:JSON_FORMAT",
+    "csv": "shardstream.format.lines:CSV_FORMAT",
+    "text": "shardstream.format.lines:TEXT_FORMAT",
+}
+#: file name endings of the built-in file formats, for ``format=`` left out (a compression suffix is ignored)
+SUFFIX_FORMATS = {
+    ".parquet": "parquet", ".pq": "parquet", ".parq": "parquet",
+    ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+    ".csv": "csv", ".tsv": "csv",
+    ".txt": "text", ".text": "text",
+}
 _REGISTRY: dict[str, "ShardFormat"] = {}
 
 
@@ -165,6 +181,12 @@ def get_format(name: Any) -> ShardFormat:
     module, attr = target.split(":")
     fmt = _REGISTRY[name] = getattr(importlib.import_module(module), attr)
     return fmt
+
+
+def is_file_format(fmt: "ShardFormat") -> bool:
+    """Whether ``fmt`` reads ordinary data files (listed by a path, directory or glob; see :mod:`.files`)
+    rather than shards listed by an index file."""
+    return getattr(fmt, "listing", "index") == "files"
 
 
 def format_names() -> list[str]:

@@ -46,7 +46,11 @@ from ..integrations.torchenv import die_with_parent, register_iterable
 
 
 class StreamingDataset:
-    """An MDS dataset read from ``local`` (optionally its ``split`` subdirectory).
+    """A dataset read from ``local`` (optionally its ``split`` subdirectory), or streamed from ``remote``
+    through the cache ``local``: MDS shards, or data files (Parquet, Arrow, JSON Lines, CSV, text) given
+    as a file, directory, glob or list, with ``format=`` taken from their names when left out;
+    ``columns=`` reads only those columns of data files (pushed down into Parquet and Arrow reads),
+    ``on_bad_rows=`` says what a malformed row of a text file does (``"raise"`` or ``"skip"``).
 
     Samples are dicts of column -> value. ``len(ds)`` is the number of samples;
     ``ds[i]`` accepts ints (negative too), slices, lists and numpy integer arrays
@@ -88,9 +92,13 @@ class StreamingDataset:
         download_threads: int = 4,
         world: Optional[World] = None,
         weight_schedule: Optional[WeightSchedule] = None,
+        format: Optional[str] = None,
+        columns: Optional[Sequence[str]] = None,
+        on_bad_rows: str = "raise",
     ) -> None:
         defaults = StreamOptions(split=split, download_retry=download_retry, download_timeout=download_timeout,
-                                 validate_hash=validate_hash, keep_zip=keep_zip)
+                                 validate_hash=validate_hash, keep_zip=keep_zip, format=format,
+                                 columns=columns, on_bad_rows=on_bad_rows)
         self.options = DatasetOptions(
             predownload=predownload, sampling_method=sampling_method,
             sampling_granularity=sampling_granularity, partition_algo=partition_algo,

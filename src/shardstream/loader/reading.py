@@ -55,7 +55,7 @@ class PassReader:
         """``(chunk, pinned shards)``; pinned is None when no shard needs pinning (all read in place).
         A chunk's pins are dropped once the consumer asks for the next chunk, so shards shared by
         both stay pinned."""
-        if not self.table.cached:
+        if not self.table.pinned_reads:
             for chunk in self._plan_chunks():
                 yield chunk, None
             return

@@ -46,7 +46,8 @@ class Stream:
                  proportion: Optional[float] = None, repeat: Optional[float] = None,
                  choose: Optional[int | str] = None, download_retry: Optional[int] = None,
                  download_timeout: Optional[float] = None, validate_hash: Optional[str] = None,
-                 keep_zip: Optional[bool] = None, format: Optional[str] = None) -> None:
+                 keep_zip: Optional[bool] = None, format: Optional[str] = None,
+                 columns: Optional[Sequence[str]] = None, on_bad_rows: Optional[str] = None) -> None:
         given = [name for name, v in (("proportion", proportion), ("repeat", repeat), ("choose", choose))
                  if v is not None]
         if len(given) > 1:
@@ -68,13 +69,18 @@ class Stream:
         if format is not None:
             get_format(format)  # an unknown name is refused here, with the known ones
         self.format = format
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns={columns!r} must be a list of column names, e.g. [{columns!r}]")
+        self.columns = None if columns is None else tuple(columns)
+        self.on_bad_rows = on_bad_rows
         self.samples: Optional[int] = None
 
     def options(self, defaults: StreamOptions) -> StreamOptions:
         """This stream's reading options, each one it leaves as None taken from ``defaults`` (the dataset's)."""
         return defaults.with_overrides(split=self.split, download_retry=self.download_retry,
                                        download_timeout=self.download_timeout, validate_hash=self.validate_hash,
-                                       keep_zip=self.keep_zip, format=self.format)
+                                       keep_zip=self.keep_zip, format=self.format, columns=self.columns,
+                                       on_bad_rows=self.on_bad_rows)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in (("remote", self.remote), ("local", self.local),

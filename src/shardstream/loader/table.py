@@ -40,6 +40,8 @@ class ShardTable:
         self.starts_array = np.asarray(self.starts, np.int64)
         self.num_samples: int = self.ends[-1] if self.ends else 0
         self.cached = any(store.evictable for store in stores)  # some shards come through the cache
+        # shards are pinned while a pass reads them: cached ones, and in-place ones whose readers hold decoded rows
+        self.pinned_reads = self.cached or any(getattr(store, "decodes", False) for store in stores)
         self.getters: list = [None] * len(self.shards)  # random access: shard -> row -> sample (in-place stores)
 
     def __getstate__(self) -> dict:  # a worker process opens its own readers
@@ -82,7 +84,7 @@ class ShardTable:
         """``row -> sample`` of shard ``i`` for random access (kept for in-place stores)."""
         store, j = self.at(i)
         get = store.hold(j, _HELD_SHARDS).get_unchecked
-        if not store.evictable:  # cached shards stay readable only while held
+        if not store.evictable and not getattr(store, "decodes", False):  # others stay readable only while held
             self.getters[i] = get
         return get
 

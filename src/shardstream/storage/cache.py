@@ -125,7 +125,7 @@ class ShardCache:
 
     def fixed_bytes(self) -> int:
         """Bytes counted against the limit besides the shards: the cached index file."""
-        if not self.evictable:
+        if not self.evictable or not self.format.index_name:
             return 0
         try:
             return os.path.getsize(os.path.join(self.dirname, self.format.index_name))
@@ -343,6 +343,9 @@ class ShardCache:
 
     def _fetch(self, info) -> None:
         if self.fetcher is None:
+            return
+        if info.source is not None:  # a byte range (or the whole) of a data file
+            self.fetcher.fetch_part(info, shard_path(self.dirname, info.basename))
             return
         self.fetcher.fetch(info.basename, shard_path(self.dirname, info.basename), info.bytes,
                            check_hashes(info.hashes, self.validate_hash))

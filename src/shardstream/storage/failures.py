@@ -43,6 +43,10 @@ def http_status(exc: BaseException) -> tuple[Optional[int], Optional[str]]:
     return None, None
 
 
+# client-side refusals of a malformed request (botocore's bad bucket names, parameters): never transient
+_INVALID_REQUESTS = frozenset({"ParamValidationError", "InvalidBucketName", "InvalidS3ObjectLambdaArn"})
+
+
 def permanent(exc: BaseException) -> Optional[str]:
     """What makes ``exc`` permanent (retrying cannot help), or None for a transient failure."""
     if isinstance(exc, FileNotFoundError):
@@ -53,6 +57,8 @@ def permanent(exc: BaseException) -> Optional[str]:
         return "is a directory, not a file"
     if isinstance(exc, NotADirectoryError):
         return "lies under a path that is a file, not a directory"
+    if any(type(e).__name__ in _INVALID_REQUESTS for e in _chain(exc)):
+        return "is not a valid name for the store (the request was refused before it was sent)"
     status, code = http_status(exc)
     if status is not None and 400 <= status < 500 and status not in _TRANSIENT_4XX and code not in _TRANSIENT_CODES:
         if status == 404:

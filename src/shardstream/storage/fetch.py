@@ -17,12 +17,14 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import DownloadError, HashMismatchError, RemoteChangedError
+from ..errors import DownloadError, FileChangedError, HashMismatchError, RemoteChangedError
 from ..format.atomic import remove_quietly, temp_name
 from ..format.hashing import digest_file
+from ..format.files import local_version
+from ..format.index import FileInfo
 from . import inner_retries
 from .failures import advice, label, permanent, summary
-from .fs import backoff, filesystem, join
+from .fs import backoff, filesystem, is_remote, join
 from .versions import RemoteVersions
 
 _CHUNK = 1 << 22
@@ -95,7 +97,34 @@ class Fetcher:
             "twice in a row; the remote copy is damaged or the index belongs to another version of the dataset"
         )
 
-    def _download(self, basename: str, dest: str, size: Optional[int], versioned: bool = True) -> str:
+    def fetch_part(self, info: FileInfo, dest: str) -> None:
+        """Download the byte range ``info`` describes of its ``source`` file (the whole file when the range
+        is all of it) to ``dest``, refusing it if the file is no longer the version it was listed at."""
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        tmp = self._download(info.source, dest, info.bytes, versioned=False,
+                             part=(info.offset, info.bytes, info.version))
+        try:
+            os.replace(tmp, dest)
+        finally:
+            remove_quietly(tmp)
+
+    def _check_version(self, name: str, rpath: str, version: str) -> None:
+        from .listing import version_of
+
+        if is_remote(self.remote):
+            now = version_of(self._info(rpath))
+        else:
+            try:
+                now = local_version(os.stat(rpath))
+            except FileNotFoundError:
+                now = "missing"
+        if version and now != version:
+            raise FileChangedError(
+                f"{self.url(name)} changed after the dataset listed it (size:version {version} -> {now}), so its "
+                "rows are no longer the ones the plan counted; open the dataset again to read the new version")
+
+    def _download(self, basename: str, dest: str, size: Optional[int], versioned: bool = True,
+                  part: Optional[tuple] = None) -> str:
         """Fetch to a temp file; ``versioned``: also check the remote file's identity (:mod:`.versions`),
         for files the index gives no digest of (a digest checks the content itself)."""
         rpath = join(self.root, basename) if self.root else basename
@@ -106,7 +135,11 @@ class Fetcher:
             tmp = temp_name(dest)
             inner_retries.take(rpath)  # nothing left over from before this attempt
             try:
-                self._get(rpath, tmp)
+                if part is None:
+                    self._get(rpath, tmp)
+                else:
+                    self._get_range(rpath, tmp, part[0], part[1])
+                    self._check_version(basename, rpath, part[2])
                 got = os.path.getsize(tmp)
                 if versioned and self.versions is not None:  # after the download: a change during it is seen too
                     self.versions.check(basename, self.url(basename), self._info(rpath), size)
@@ -151,6 +184,17 @@ class Fetcher:
             return fs.info(rpath)
         except (NotImplementedError, AttributeError, TypeError):  # a store with no metadata requests
             return {}
+
+    def _get_range(self, rpath: str, tmp: str, offset: int, length: int) -> None:
+        fs = self.fs
+        if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
+            from fsspec.asyn import sync
+
+            data = sync(fs.loop, fs._cat_file, rpath, start=offset, end=offset + length, timeout=self.timeout)
+        else:
+            data = fs.cat_file(rpath, start=offset, end=offset + length)
+        with open(tmp, "wb") as dst:
+            dst.write(data)
 
     def _get(self, rpath: str, tmp: str) -> None:
         fs = self.fs

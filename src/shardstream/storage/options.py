@@ -25,7 +25,9 @@ class StreamOptions:
     download_timeout: float = DEFAULT_DOWNLOAD_TIMEOUT
     validate_hash: Optional[str] = None
     keep_zip: bool = False
-    format: str = "mds"
+    format: Optional[str] = None  # None: from the files' names, or MDS for a directory with index.json
+    columns: Optional[tuple] = None  # the columns read from data files (all when None)
+    on_bad_rows: str = "raise"  # a row of a text file that cannot be parsed: "raise" or "skip"
 
     def __post_init__(self) -> None:
         retry = self.download_retry
@@ -36,7 +38,15 @@ class StreamOptions:
             raise InvalidArgumentError(f"download_timeout={timeout!r} must be a positive number of seconds")
         if self.validate_hash:
             check_hash(self.validate_hash)
-        get_format(self.format)  # an unknown name is refused with the known ones
+        if self.format is not None:
+            get_format(self.format)  # an unknown name is refused with the known ones
+        if self.columns is not None:
+            cols = self.columns
+            if isinstance(cols, str) or not all(isinstance(c, str) for c in cols) or not cols:
+                raise InvalidArgumentError(f"columns={cols!r} must be a non-empty list of column names")
+            object.__setattr__(self, "columns", tuple(cols))
+        if self.on_bad_rows not in ("raise", "skip"):
+            raise InvalidArgumentError(f"on_bad_rows={self.on_bad_rows!r} must be 'raise' or 'skip'")
 
     @property
     def lock_wait(self) -> float:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence
 
-from ..errors import InvalidArgumentError, NotADatasetError
-from ..format.source import get_format
+from ..errors import IndexNotFoundError, InvalidArgumentError, NotADatasetError
+from ..format.source import get_format, is_file_format
 from .claim import within
 from .fetch import Fetcher
+from .opened import OpenedStream
+from .filestreams import files_beside, infer_format, open_file_stream
 from .fs import default_local, is_remote, join, local_path
 from .index import local_index
 from .options import StreamOptions
@@ -20,51 +22,42 @@ from .options import StreamOptions
 Place = tuple[Any, Optional[str], Optional[str], StreamOptions]
 
 
-class OpenedStream:
-    """An opened stream: where it lives, its shards, and the options and format it is read with.
-
-    ``stream`` is the user's :class:`~shardstream.Stream` (None for a dataset given by
-    ``remote=``/``local=``); ``remote`` is None when the dataset is read in place from ``local``;
-    ``dirname`` is ``local``'s ``split`` directory, which holds the index and the shards;
-    ``fetcher`` downloads from the remote (None without one).
-    """
-
-    def __init__(self, stream: Any, remote: Optional[str], local: str, dirname: str, shards: list,
-                 fetcher: Optional[Fetcher], options: StreamOptions) -> None:
-        self.stream = stream
-        self.remote = remote
-        self.local = local
-        self.dirname = dirname
-        self.shards = shards
-        self.fetcher = fetcher
-        self.options = options
-        self.format = get_format(options.format)
-        self.samples = sum(s.samples for s in shards)
-
-    def __repr__(self) -> str:
-        return f"OpenedStream(remote={self.remote!r}, dirname={self.dirname!r}, shards={len(self.shards)})"
-
-
 def open_streams(places: Sequence[Place], storage_options: Optional[dict]) -> list[OpenedStream]:
     """Every place opened with its options; two places from different remotes (or a remote and a
     local dataset) that would share a directory are refused before anything is opened."""
-    located: list[tuple[Optional[str], str, str]] = []
+    formats = [infer_format(remote, local, options) for _, remote, local, options in places]
+    located: list[Optional[tuple[Optional[str], str, str]]] = []
     first_at: dict[str, Optional[str]] = {}  # directory -> the remote (or None) of its first stream
-    for _, remote, local, options in places:
+    for (_, remote, local, options), fmt in zip(places, formats):
+        if is_file_format(fmt):
+            located.append(None)  # located once its files are listed
+            continue
         remote, local, dirname = locate(remote, local, options.split)
-        other_remote = first_at.setdefault(dirname, remote)
-        if other_remote != remote:
-            raise InvalidArgumentError(
-                f"two streams keep their shards in {dirname!r} but come from different places "
-                f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
+        _share(first_at, dirname, remote)
         located.append((remote, local, dirname))
-    return [_open(place[0], *where, place[3], storage_options) for place, where in zip(places, located)]
+    opened = []
+    for place, where, fmt in zip(places, located, formats):
+        if where is None:
+            o = open_file_stream(place[0], place[1], place[2], place[3], fmt, storage_options)
+            _share(first_at, o.dirname, o.remote)
+        else:
+            o = _open(place[0], *where, place[3], storage_options)
+        opened.append(o)
+    return opened
+
+
+def _share(first_at: dict, dirname: str, remote: Optional[str]) -> None:
+    other_remote = first_at.setdefault(dirname, remote)
+    if other_remote != remote:
+        raise InvalidArgumentError(
+            f"two streams keep their shards in {dirname!r} but come from different places "
+            f"({other_remote or 'local'} and {remote or 'local'}); give each its own local directory")
 
 
 def _open(stream: Any, remote: Optional[str], local: str, dirname: str, options: StreamOptions,
           storage_options: Optional[dict]) -> OpenedStream:
     """Read one located stream's index (fetching it once per machine for a remote)."""
-    fmt = get_format(options.format)
+    fmt = get_format(options.format or "mds")
     if remote is not None:
         if os.path.isfile(local):
             raise NotADatasetError(
@@ -72,7 +65,16 @@ def _open(stream: Any, remote: Optional[str], local: str, dirname: str, options:
                 "created if missing): give a directory, or leave local out to cache under SHARDSTREAM_CACHE_DIR")
         fetcher = Fetcher(join(remote, options.split), storage_options, options.download_retry,
                           options.download_timeout)
-        shards = local_index(dirname, fetcher, fmt=fmt)
+        try:
+            shards = local_index(dirname, fetcher, fmt=fmt)
+        except IndexNotFoundError as exc:
+            if options.format is not None or isinstance(exc, NotADatasetError):
+                raise
+            found = files_beside(remote, storage_options, options)  # a directory of data files, not of MDS shards
+            if found is None:
+                raise
+            return open_file_stream(stream, remote, None if local == default_local(remote) else local, options,
+                                    found, storage_options)
     else:
         fetcher, shards = None, fmt.read_shards(dirname)
     return OpenedStream(stream, remote, local, dirname, shards, fetcher, options)

@@ -72,6 +72,7 @@ class Faults:
         self._queue: list[Fault] = []
         self._hits: list[tuple[str, str]] = []
         self._requests: Counter[str] = Counter()
+        self._ranges: list[tuple[str, str | None]] = []
         self._bytes = 0
 
     def add(self, match: str, *kinds: str, stall_s: float = 5.0) -> None:
@@ -93,6 +94,7 @@ class Faults:
             self._queue.clear()
             self._hits.clear()
             self._requests.clear()
+            self._ranges.clear()
             self._bytes = 0
 
     @property
@@ -108,14 +110,21 @@ class Faults:
             return Counter(self._requests)
 
     @property
+    def ranges(self) -> list[tuple[str, str | None]]:
+        """``(path, Range header or None)`` of every ``GET`` request, in order."""
+        with self._lock:
+            return list(self._ranges)
+
+    @property
     def bytes_served(self) -> int:
         """Total body bytes written in answer to ``GET`` requests (partial bodies count what was sent)."""
         with self._lock:
             return self._bytes
 
-    def _on_get(self, path: str) -> Fault | None:
+    def _on_get(self, path: str, byte_range: str | None = None) -> Fault | None:
         with self._lock:
             self._requests[path] += 1
+            self._ranges.append((path, byte_range))
             for i, fault in enumerate(self._queue):
                 if fault.match in path:
                     del self._queue[i]
@@ -204,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _begin_get(self) -> Fault | None:
         faults = self.server.owner.faults
-        fault = faults._on_get(unquote(urlsplit(self.path).path))
+        fault = faults._on_get(unquote(urlsplit(self.path).path), self.headers.get("Range"))
         if faults.latency_s > 0:
             self.server.closing.wait(faults.latency_s)
         return fault

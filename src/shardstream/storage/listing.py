@@ -1,0 +1,186 @@
+"""Finding the data files of a dataset given as a file, a directory, a glob or a list of them,
+local or remote, and reading parts of them.
+
+One listing request per directory or glob (``fs.glob`` / ``fs.find`` with details) gives every
+file's name, size and version (ETag, generation or modification time), which is all a cached
+description of the file is keyed by: a dataset whose files were described before opens with
+these requests alone. Files are named relative to the deepest directory holding them all (the
+*root*), sorted within each glob or directory; a list keeps its order.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from ..errors import DownloadError, InvalidArgumentError, NoFilesError
+from ..format.decompress import open_decompressed
+from ..format.files import SourceFile, codec_of, local_version, plain_name
+from .failures import label, permanent, summary
+from .fs import backoff, filesystem, is_remote, local_path
+from .versions import object_signature
+
+GLOB_CHARS = "*?["
+_SKIPPED = (".", "_")  # hidden files and markers such as _SUCCESS are not data
+
+
+def has_glob(path: str) -> bool:
+    return any(c in path for c in GLOB_CHARS)
+
+
+@dataclass
+class Listing:
+    """The data files found: the ``root`` URL they are relative to, the filesystem and its path of
+    the root, and the files in dataset order."""
+
+    root: str
+    fs: Any
+    root_path: str
+    files: list[SourceFile]
+    local: bool
+
+
+def entries_of(data: Any) -> list[str]:
+    """The user's ``remote=`` / ``local=`` as a list of strings."""
+    if isinstance(data, (str, os.PathLike)):
+        return [os.fspath(data)]
+    if isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data):
+        return [os.fspath(d) for d in data]
+    raise InvalidArgumentError(f"{data!r} must be a path or URL (a file, directory or glob) or a list of them")
+
+
+def list_files(data: Any, suffixes: Sequence[str], storage_options: Optional[dict] = None,
+               split: Optional[str] = None) -> Listing:
+    """The data files ``data`` names; a directory's files are those whose name ends with one of
+    ``suffixes`` (optionally compressed), under ``split`` when given. Refuses with
+    :class:`~shardstream.errors.NoFilesError` an entry that matches nothing."""
+    entries = entries_of(data)
+    local = not is_remote(entries[0])
+    if local:
+        entries = [os.path.abspath(local_path(e)) for e in entries]
+    fs, _ = filesystem(entries[0] if not local else "file://" + entries[0], storage_options)
+    found: list[tuple[str, int, str]] = []
+    seen: set[str] = set()
+    for entry in entries:
+        for path, info in _expand(fs, entry, local, suffixes, split):
+            if path not in seen:
+                seen.add(path)
+                found.append((path, int(info.get("size") or 0), _version(path, info, local)))
+    join = os.path if local else posixpath
+    scheme = found[0][0].partition("://")[0] + "://" if "://" in found[0][0] else ""  # HTTP paths keep theirs
+    root_path = scheme + join.commonpath([join.dirname(path[len(scheme):]) for path, _, _ in found])
+    proto = entries[0].partition("://")[0]
+    root = root_path if local or scheme else f"{proto}://{root_path}"
+    files = [SourceFile(_relative(path[len(scheme):], root_path[len(scheme):]), size, version)
+             for path, size, version in found]
+    return Listing(root, fs, root_path, files, local)
+
+
+def _relative(path: str, root: str) -> str:
+    prefix = root.rstrip("/" + os.sep) + ("/" if "/" in root or not os.path.isabs(path) else os.sep)
+    if path.startswith(prefix):
+        return path[len(prefix):].replace(os.sep, "/")
+    rel = posixpath.relpath(path, root) if not os.path.isabs(path) else os.path.relpath(path, root)
+    return rel.replace(os.sep, "/")
+
+
+def _expand(fs, entry: str, local: bool, suffixes: Sequence[str], split: Optional[str]) -> list[tuple[str, dict]]:
+    path = entry if local else fs._strip_protocol(entry)
+    if has_glob(path):
+        hits = fs.glob(path, detail=True)
+        out = sorted((p, i) for p, i in hits.items() if i.get("type", "file") != "directory")
+        if not out:
+            raise NoFilesError(f"{entry!r} matches no file; check the pattern and storage_options")
+        return out
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise NoFilesError(f"{entry!r} does not exist; check the path (and storage_options for a remote)") from None
+    if info.get("type") != "directory":
+        return [(path, info)]
+    if split:
+        sub = posixpath.join(path, split) if not local else os.path.join(path, split)
+        if fs.isdir(sub):
+            path = sub
+    hits = fs.find(path, detail=True)
+    out = sorted((p, i) for p, i in hits.items() if _is_data(p, path, suffixes, split))
+    if not out:
+        want = ", ".join(suffixes) or "any"
+        raise NoFilesError(f"{entry!r} holds no data files (looked for names ending {want}, also compressed"
+                           f"{f', of split {split!r}' if split else ''}); give a glob or format=")
+    return out
+
+
+def _is_data(path: str, top: str, suffixes: Sequence[str], split: Optional[str]) -> bool:
+    rel = _relative(path, top)
+    if any(part.startswith(_SKIPPED) for part in rel.split("/")):
+        return False
+    name = plain_name(rel.rsplit("/", 1)[-1]).lower()
+    if suffixes and not name.endswith(tuple(suffixes)):
+        return False
+    return not split or split in rel.split("/")[0] or rel.rsplit("/", 1)[-1].startswith(split)
+
+
+def _version(path: str, info: dict, local: bool) -> str:
+    if local:
+        return local_version(os.stat(path))
+    return version_of(info)
+
+
+def version_of(info: dict) -> str:
+    """What identifies a remote file's version, from fsspec's ``info`` (the same from a listing and a HEAD)."""
+    sig = object_signature(info)
+    tag = sig.get("etag") or sig.get("generation") or sig.get("version") or sig.get("md5")
+    if tag is None and sig.get("modified") is not None:
+        tag = str(int(sig["modified"]))
+    return f"{sig.get('size')}:{tag or ''}"
+
+
+class FileSource:
+    """One listed file as a format describes it (see :class:`~shardstream.format.files.RangeSource`):
+    ranged reads, retried with backoff on transient errors."""
+
+    def __init__(self, listing: Listing, file: SourceFile, retry: int = 3, timeout: float = 60) -> None:
+        self.name, self.size, self.version = file.name, file.bytes, file.version
+        self.listing = listing
+        self.path = (os.path.join(listing.root_path, *file.name.split("/")) if listing.local
+                     else posixpath.join(listing.root_path, file.name))
+        self.url = self.path if listing.local else f"{listing.root.rstrip('/')}/{file.name}"
+        self.retry, self.timeout = retry, timeout
+        self.requests = 0
+        self.bytes_read = 0
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self.listing.local:
+            with open(self.path, "rb") as f:
+                data = os.pread(f.fileno(), length, offset)
+        else:
+            data = self._retried(lambda: self.listing.fs.cat_file(self.path, start=offset, end=offset + length))
+        self.requests += 1
+        self.bytes_read += len(data)
+        return data
+
+    def open(self) -> Any:
+        raw = open(self.path, "rb") if self.listing.local else self._retried(lambda: self.listing.fs.open(self.path))
+        self.requests += 1
+        return open_decompressed(raw, codec_of(self.name))
+
+    def _retried(self, call):
+        failures: list[str] = []
+        for attempt in range(self.retry + 1):
+            try:
+                return call()
+            except Exception as exc:
+                why = permanent(exc)
+                if why is not None:
+                    raise DownloadError(f"{self.url} {why} ({type(exc).__name__}: {exc}); check the path and the "
+                                        "credentials in storage_options") from exc
+                failures.append(label(exc))
+                if attempt == self.retry:
+                    raise DownloadError(f"reading {self.url} failed {len(failures)} time(s): {summary(failures)} "
+                                        f"(last: {type(exc).__name__}: {exc})") from exc
+                time.sleep(backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover

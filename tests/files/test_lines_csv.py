@@ -1,0 +1,173 @@
+"""CSV and TSV files: records with quoted newlines cut into pieces of whole records, column types inferred
+once and enforced for every piece, bad rows (another number of fields, a value of another type) raised or
+skipped by file and line, columns=, compressed files, and column batches equal to the stacked samples."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import os
+
+import numpy as np
+import pytest
+
+from shardstream import StreamingDataset
+from shardstream.errors import BadRowError, CorruptShardError, InvalidArgumentError
+from shardstream.format import csvrows, lineindex
+from shardstream.format.batch import stack_samples
+from shardstream.format.lines import CSV_FORMAT, skipped_rows
+
+from .textdata import write
+
+pa = pytest.importorskip("pyarrow")
+pc = pytest.importorskip("pyarrow.csv")
+
+HEADER = ["id", "name", "score", "flag", "day"]
+
+
+def record(i: int) -> list:
+    name = [f"plain {i}", f'quoted, "with" a comma {i}', f"two\nlines {i}", f"crlf\r\ninside {i}", ""][i % 5]
+    return [i, name, i / 8, ["true", "false"][i % 2], f"2024-01-{i % 28 + 1:02d}"]
+
+
+def csv_bytes(records, delimiter: str = ",", terminator: str = "\n", header=HEADER) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter=delimiter, lineterminator=terminator)
+    writer.writerow(header)
+    writer.writerows(records)
+    return buf.getvalue().encode()
+
+
+def want(i: int) -> dict:
+    r = record(i)
+    return {"id": i, "name": r[1], "score": i / 8, "flag": i % 2 == 0,
+            "day": datetime.date(2024, 1, i % 28 + 1)}
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(lineindex, "PIECE_BYTES", 300)
+    monkeypatch.setattr(lineindex, "BLOCK", 128)
+
+
+def test_records_with_quoted_newlines_read_exactly_from_many_pieces(tmp_path, small_pieces):
+    path = write(str(tmp_path / "t.csv"), csv_bytes([record(i) for i in range(60)], terminator="\r\n"))
+    ds = StreamingDataset(local=path, batch_size=6)
+    assert len(ds) == 60 and len(ds.shards) > 5 and ds.column_names == tuple(HEADER)
+    assert ds.shards[0].types == ("int64", "string", "double", "bool", "date32[day]")
+    got = list(ds)
+    assert got == [want(i) for i in range(60)]
+    assert type(got[3]["id"]) is int and type(got[3]["score"]) is float and type(got[3]["flag"]) is bool
+    with open(path, "rb") as f:
+        data = f.read()
+    whole = pc.read_csv(io.BytesIO(data), parse_options=pc.ParseOptions(newlines_in_values=True))
+    assert whole.to_pylist() == got  # as pyarrow reads the whole file
+    for p in ds.shards:  # pieces of whole records: each parses on its own to its count
+        assert pc.read_csv(io.BytesIO(data[p.start:p.stop]), read_options=pc.ReadOptions(column_names=HEADER),
+                           parse_options=pc.ParseOptions(newlines_in_values=True)).num_rows == p.samples
+    shuffled = [s["id"] for s in StreamingDataset(local=path, shuffle=True, shuffle_seed=1)]
+    assert sorted(shuffled) == list(range(60)) and shuffled != list(range(60))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_column_batches_equal_the_stacked_samples(tmp_path, small_pieces, shuffle):
+    path = write(str(tmp_path / "t.csv"), csv_bytes([record(i) for i in range(48)]))
+    make = lambda: StreamingDataset(local=path, batch_size=8, shuffle=shuffle, shuffle_seed=2)  # noqa: E731
+    samples = list(make())
+    for j, batch in enumerate(make().iterate_batches()):
+        stacked = stack_samples(samples[j * 8:(j + 1) * 8], CSV_FORMAT.kinds(make().shards[0]))
+        assert batch["id"].dtype == np.int64 and np.array_equal(batch["id"], stacked["id"])
+        assert batch["score"].dtype == np.float64 and np.array_equal(batch["score"], stacked["score"])
+        assert batch["flag"].dtype == np.bool_ and np.array_equal(batch["flag"], stacked["flag"])
+        assert batch["name"] == stacked["name"] and batch["day"] == stacked["day"]
+
+
+def test_tsv_columns_and_compressed_files(tmp_path, small_pieces):
+    tsv = write(str(tmp_path / "t.tsv"), csv_bytes([record(i) for i in range(20)], delimiter="\t"))
+    assert list(StreamingDataset(local=tsv)) == [want(i) for i in range(20)]
+    ds = StreamingDataset(local=tsv, columns=["score", "id"])
+    assert ds.column_names == ("score", "id") and list(ds) == [{"score": i / 8, "id": i} for i in range(20)]
+    with pytest.raises(InvalidArgumentError, match=r"column 'label' is not in .*t\.tsv \(its header has"):
+        StreamingDataset(local=tsv, columns=["id", "label"])
+    packed = write(str(tmp_path / "z" / "t.csv.gz"), csv_bytes([record(i) for i in range(30)]), "gzip")
+    ds = StreamingDataset(local=packed)
+    assert len(ds.shards) == 1 and ds.shards[0].start == -1 and list(ds) == [want(i) for i in range(30)]
+    assert [s["id"] for s in StreamingDataset(local=packed, columns=["id"])] == list(range(30))
+
+
+def test_empty_and_header_only_files_have_no_rows(tmp_path):
+    d = tmp_path / "d"
+    write(str(d / "a.csv"), b"")
+    write(str(d / "b.csv"), b"id,name\n")
+    write(str(d / "c.csv"), b"\n\nid,name\n\n1,x\n\n")
+    ds = StreamingDataset(local=str(d))
+    assert list(ds) == [{"id": 1, "name": "x"}]
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    path = write(str(tmp_path / "t.csv"), b"a,b,a\n1,2,3\n")
+    with pytest.raises(CorruptShardError, match="the header names column 'a' more than once"):
+        StreamingDataset(local=path)
+
+
+def _bad_file(tmp_path, short: bool = True) -> tuple[str, list[int]]:
+    """60 records, with record 31 short of a field and record 44 'x' where the ids are integers."""
+    records = [record(i) for i in range(60)]
+    if short:
+        records[31] = records[31][:3]
+    records[44] = ["x"] + records[44][1:]
+    path = write(str(tmp_path / ("bad.csv" if short else "misfit.csv")), csv_bytes(records))
+    return path, [i for i in range(60) if i not in (31, 44)]
+
+
+def _line_of(path: str, i: int) -> int:
+    """The 1-based line on which record ``i`` starts (records hold newlines)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    ends = [0] + [k + 1 for k in lineindex.RecordEnds()(np.frombuffer(data, np.uint8)).tolist()]
+    return data[:ends[i + 1]].count(b"\n") + 1
+
+
+def test_bad_rows_raise_naming_file_and_line(tmp_path, small_pieces, monkeypatch):
+    monkeypatch.setattr(csvrows, "INFER_BYTES", 200)  # the types come from the first records
+    path, _ = _bad_file(tmp_path)
+    ds = StreamingDataset(local=path)
+    assert len(ds) == 60
+    with pytest.raises(BadRowError, match=rf"bad\.csv line {_line_of(path, 31)}: it has 3 fields, but the header 5; "
+                                          "fix or remove the row, or pass on_bad_rows='skip'"):
+        list(ds)
+    path, _ = _bad_file(tmp_path, short=False)
+    with pytest.raises(BadRowError, match=rf"misfit\.csv line {_line_of(path, 44)}: a value does not convert to its "
+                                          r"column's type \(CSV conversion error to int64: invalid value 'x'\)"):
+        list(StreamingDataset(local=path, columns=["id"]))
+
+
+def test_bad_rows_skip_counts_exactly(tmp_path, small_pieces, monkeypatch):
+    monkeypatch.setattr(csvrows, "INFER_BYTES", 200)
+    path, good = _bad_file(tmp_path)
+    with pytest.warns(UserWarning, match=rf"bad\.csv: 2 row\(s\) that cannot be read were left out .*the first, at "
+                                         rf"line {_line_of(path, 31)}: it has 3 fields"):
+        ds = StreamingDataset(local=path, on_bad_rows="skip")
+    assert len(ds) == 58 and skipped_rows(ds) == {"bad.csv": 2}
+    assert list(ds) == [want(i) for i in good]
+    assert [s["id"] for s in StreamingDataset(local=path, on_bad_rows="skip", shuffle=True)] != good
+
+
+def test_too_many_values_of_another_type_are_refused_even_when_skipping(tmp_path, small_pieces, monkeypatch):
+    monkeypatch.setattr(csvrows, "MAX_MISFITS", 3)
+    monkeypatch.setattr(csvrows, "INFER_BYTES", 100)
+    records = [[i, "x"] for i in range(60)] + [[f"n{i}", "y"] for i in range(20)]
+    path = write(str(tmp_path / "t.csv"), csv_bytes(records, header=["id", "s"]))
+    with pytest.raises(BadRowError, match=r"invalid value .n\d+.*after 3 such rows were left out of this part"):
+        StreamingDataset(local=path, on_bad_rows="skip")
+
+
+def test_read_through_the_cache(tmp_path, small_pieces):
+    d = tmp_path / "data"
+    write(str(d / "a.csv"), csv_bytes([record(i) for i in range(30)]))
+    write(str(d / "b.csv.bz2"), csv_bytes([record(i) for i in range(30, 40)]), "bz2")
+    cache = str(tmp_path / "cache")
+    ds = StreamingDataset(remote=f"file://{d}", local=cache)
+    assert list(ds) == [want(i) for i in range(40)]
+    assert any(n.endswith(".piece") for n in os.listdir(cache)) and "b.csv.plain" in os.listdir(cache)
