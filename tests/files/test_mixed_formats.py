@@ -86,3 +86,12 @@ def test_dataloader_workers_resume_mid_epoch(places):
     resumed = StreamingDataLoader(make(places), batch_size=8, num_workers=2, collate_fn=list)
     resumed.load_state_dict(state)
     assert head + [key(s) for b in resumed for s in b] == full
+
+
+def test_columns_of_data_files_are_refused_for_an_mds_stream(places):
+    from shardstream.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="selects the columns of data files"):
+        StreamingDataset(local=places["mds"], columns=["n"])
+    ds = StreamingDataset(streams=[Stream(local=places["mds"]), Stream(local=places["pq"], columns=["tag", "n"])])
+    assert len(ds) == COUNTS["mds"] + COUNTS["pq"]
