@@ -58,11 +58,6 @@ def _open(stream: Any, remote: Optional[str], local: str, dirname: str, options:
           storage_options: Optional[dict]) -> OpenedStream:
     """Read one located stream's index (fetching it once per machine for a remote)."""
     fmt = get_format(options.format or "mds")
-    if options.columns is not None:
-        raise InvalidArgumentError(
-            f"columns={list(options.columns)} selects the columns of data files (Parquet, Arrow, JSON Lines, CSV); "
-            f"the {fmt.name} stream at {remote or local!r} is read whole: leave columns out for it (Stream(..., "
-            "columns=...) per stream) and pick columns per pass with iterate(columns=...) or batches(columns=...)")
     if remote is not None:
         if os.path.isfile(local):
             raise NotADatasetError(
@@ -82,6 +77,11 @@ def _open(stream: Any, remote: Optional[str], local: str, dirname: str, options:
                                     found, storage_options)
     else:
         fetcher, shards = None, fmt.read_shards(dirname)
+    if options.columns is not None:
+        raise InvalidArgumentError(
+            f"columns={list(options.columns)} selects the columns of data files (Parquet, Arrow, JSON Lines, CSV); "
+            f"the {fmt.name} stream at {remote or local!r} is read whole: leave columns out for it (Stream(..., "
+            "columns=...) per stream) and pick columns per pass with iterate(columns=...) or batches(columns=...)")
     return OpenedStream(stream, remote, local, dirname, shards, fetcher, options)
 
 
