@@ -28,6 +28,7 @@ sys.path.insert(0, HERE)
 import bench_files
 import bench_loader
 import bench_mix
+import bench_pipeline
 import bench_plan
 import bench_remote
 import common
@@ -187,7 +188,8 @@ def summarize_targets(R: dict) -> list[dict]:
         b = get(mo, "write", comp, "samples_per_s")
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
-            + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files")))
+            + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
+            + bench_pipeline.target_rows(R.get("pipeline")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -389,6 +391,9 @@ def render(R: dict) -> str:
         section = bench_files.markdown(R["files"], targets=False)
         L += [section.replace("## Reading Parquet", f"## {n}. Reading Parquet", 1), ""]
         n += 1
+    if R.get("pipeline"):
+        L += [bench_pipeline.markdown(R["pipeline"]).replace("## Text LM", f"## {n}. Text LM", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -455,8 +460,19 @@ def main() -> None:
                     help="rows per pass in the Parquet / JSONL section, the same on every side (0: all rows)")
     ap.add_argument("--files-repeats", type=int, default=3,
                     help="timed passes per sequential measurement of the Parquet / JSONL section")
+    ap.add_argument("--pipeline-docs", type=int, default=bench_pipeline.DEFAULT_DOCS,
+                    help="documents of the text LM pipeline section (bench/bench_pipeline.py; 0 to skip)")
+    ap.add_argument("--pipeline-repeats", type=int, default=3, help="epochs (fresh processes) per pipeline case")
+    ap.add_argument("--pipeline-resume-repeats", type=int, default=3,
+                    help="resumptions per position in the pipeline section (0 skips them)")
+    ap.add_argument("--only", choices=["pipeline"], help="run only this section, put its results into the raw "
+                    "results of the last full run (--json) and re-render --out from them; with --from-json, take "
+                    "the section's results from that file (bench/bench_pipeline.py --json) instead of measuring")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
+    if args.only:
+        run_only(args)
+        return
     if args.from_json:
         with open(args.from_json) as f:
             R = json.load(f)
@@ -531,6 +547,8 @@ def main() -> None:
         wrong = bench_files.failed(R["files"])
         if wrong:
             log(f"!! Parquet / JSONL section: failed or wrong: {', '.join(wrong)}")
+    if args.pipeline_docs:
+        R["pipeline"] = _run_pipeline(args)
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start
@@ -545,6 +563,41 @@ def main() -> None:
         print(f"  {status(s['met']).strip('*'):8s} {s['ratio']:>28s}  {s['target']}")
     if any(R.get(s, {}).get("error") for s in sides):
         sys.exit(1)
+
+
+def _run_pipeline(args) -> dict:
+    R = bench_pipeline.run_pipeline(bench_pipeline.DATA, args.peer_python, args.pipeline_docs,
+                                    repeats=args.pipeline_repeats, resume_repeats=args.pipeline_resume_repeats)
+    wrong = bench_pipeline.failed(R)
+    if wrong:
+        log(f"!! text LM pipeline section: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
+def run_only(args) -> None:
+    """``--only pipeline``: that section alone, merged into the raw results of the last full run (the other
+    sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
+    results, --out gets the section alone."""
+    out_json = args.json or os.path.splitext(args.out)[0] + ".json"
+    if args.from_json:
+        with open(args.from_json) as f:
+            section = json.load(f)
+    else:
+        section = _run_pipeline(args)
+    if not os.path.exists(out_json):
+        with open(args.out, "w") as f:
+            f.write(bench_pipeline.markdown(section))
+        log(f"no earlier raw results at {out_json}: wrote the section alone to {args.out}")
+        return
+    with open(out_json) as f:
+        R = json.load(f)
+    R["pipeline"] = section
+    R["summary"] = summarize_targets(R)
+    with open(args.out, "w") as f:
+        f.write(render(R))
+    with open(out_json, "w") as f:
+        json.dump(R, f, indent=1)
+    log(f"put the {args.only} section into {out_json} and re-rendered {args.out}")
 
 
 def _load() -> str:

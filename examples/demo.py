@@ -1,7 +1,8 @@
 """End-to-end demo: generate a dataset, write MDS shards, stream it back into a
 small training loop, and report throughput. Runs on a local directory and a loopback
 S3 server it starts itself; no cloud account or download is needed. Training is plain numpy;
-the S3 part needs s3fs and moto (``pip install -e '.[demo]'``, which ``make demo`` does).
+the S3 part needs s3fs and moto, the text part (JSON Lines tokenized and packed, see
+``demo_text.py``) tokenizers (``pip install -e '.[demo]'``, which ``make demo`` does).
 
     python examples/demo.py [--samples 100000] [--dir demo-data]
 """
@@ -20,6 +21,8 @@ import shardstream
 from shardstream import BatchLoader, MDSWriter, Stream, StreamingDataset, WeightSchedule
 from shardstream.plan import Plan, PlanSpec, World
 from shardstream.testing import read_world, sample_key
+
+from demo_text import TITLE as TEXT_TITLE, train_kill_resume as text_train_kill_resume
 
 VOCAB = 4096
 WORDS = ["stream", "shard", "token", "batch", "epoch", "node", "rank", "cache", "model", "loss"]
@@ -323,6 +326,9 @@ def main() -> None:
 
     print("numpy training from a BatchLoader: train, checkpoint, crash, resume:")
     train_and_resume(out, args.dir)
+
+    print(TEXT_TITLE)
+    text_train_kill_resume(args.dir)
 
     print("training a small classifier on column batches:")
     seen, took, loss = train(ds)

@@ -38,6 +38,10 @@ from .plan import World
 from .writing.merge import merge_index
 from .writing.mdswriter import MDSWriter
 from .errors import SplitNotFoundError
+from .errors import CacheMismatchError, ConfigError
+from .pipeline import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, Pipeline, PipelineConfig,
+                       SaveStageConfig, TokenizeStageConfig)
+from .process.cache import cache_to_mds, read_cache_summary
 from .hub import load_dataset
 from .sources import (
     ArrowShardedSource,
@@ -49,6 +53,12 @@ from .sources import (
     TextShardedSource,
     TransformedShardedSource,
 )
+
+from .errors import TransformError
+from .process.asyncloader import AsyncDataLoader
+from .process.dataset import IterableDataset
+from .process.interleave import interleave_datasets
+from .text import ChatTemplateTransform, Pack, Tokenize
 
 __version__ = "0.1.0"
 
@@ -66,6 +76,12 @@ __all__ += [
     "load_dataset", "SplitNotFoundError", "ShardedSource", "ParquetShardedSource", "JsonShardedSource",
     "ArrowShardedSource", "CsvShardedSource", "TextShardedSource", "HuggingFaceShardedSource",
     "TransformedShardedSource",
+]
+__all__ += ["IterableDataset", "AsyncDataLoader", "interleave_datasets", "TransformError", "Tokenize",
+            "ChatTemplateTransform", "Pack"]
+__all__ += [
+    "Pipeline", "PipelineConfig", "DatasetConfig", "TokenizeStageConfig", "MixStageConfig", "PackStageConfig",
+    "LoadStageConfig", "SaveStageConfig", "ConfigError", "CacheMismatchError", "cache_to_mds", "read_cache_summary",
 ]
 
 

@@ -145,3 +145,44 @@ class FileChangedError(RemoteChangedError):
 
 class SplitNotFoundError(InvalidArgumentError):
     """A split or subset (configuration) that the dataset does not have; the message lists those it has."""
+
+
+class ConfigError(ShardstreamError, ValueError):
+    """A pipeline configuration with an unknown key, a value of the wrong type or out of range; the message
+    starts with the key's path (``pipeline.load.batch_size``) and says what is allowed.
+
+    ``field`` is the path below the object that found the problem, ``detail`` the message without it."""
+
+    def __init__(self, message: str, field: str | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.detail = detail if detail is not None else message
+
+
+class CacheMismatchError(OutputExistsError):
+    """The output of ``cache_to_mds`` holds processed data of another source or chain of stages (its
+    fingerprint differs); the message says to pass ``overwrite=True`` or choose another output."""
+
+
+class InvalidRowError(ShardstreamError, ValueError):
+    """A row (or batch) given to a transform lacks the column it reads, or holds a value of the wrong type or
+    shape there; the message names the column, what it found and the row's columns."""
+
+
+class SequenceTooLongError(InvalidArgumentError):
+    """A tokenized row is longer than ``max_length`` and truncation is off; the message gives both lengths."""
+
+
+class ChatTemplateError(InvalidArgumentError):
+    """A chat template is missing, does not compile, fails on a conversation, or writes a message's content
+    in a form whose tokens cannot be found (for the loss mask); the message says which and the fix."""
+
+
+class TransformError(ShardstreamError, RuntimeError):
+    """A function given to ``map`` or ``filter`` raised: the message names the source sample
+    (dataset, shard, row, plan position) and holds the function's own traceback."""
+
+
+class DocumentTooLongError(ShardstreamError, ValueError):
+    """A document is longer than a pack's ``seq_len`` and packing keeps documents whole; the message names
+    its length and the fixes (``truncate=True``, ``keep_remainder=True`` or a larger ``seq_len``)."""

@@ -1,4 +1,5 @@
-"""``shardstream`` command line: ``inspect`` and ``verify`` a dataset, local or remote."""
+"""``shardstream`` command line: ``inspect`` and ``verify`` a dataset, local or remote; ``pipeline run`` and
+``pipeline validate`` a pipeline's YAML configuration."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 
 import shardstream
+from shardstream.cli.pipeline import add_pipeline_commands
 from shardstream.units import format_bytes
 
 
@@ -110,7 +112,8 @@ def _add_location(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="shardstream", description="Inspect and verify MDS datasets.",
+    parser = argparse.ArgumentParser(prog="shardstream", description="Inspect and verify MDS datasets; run "
+                                                                     "pipelines.",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardstream {shardstream.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +129,7 @@ def main(argv=None) -> int:
                                                   "(default: a temporary directory, removed afterwards)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     p.set_defaults(func=_verify)
+    add_pipeline_commands(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -122,6 +122,15 @@ class StreamingDataLoader(DataLoader):
     decode only those columns, on every path.
     """
 
+    def __new__(cls, dataset=None, *args, **kwargs):
+        from ..process.dataset import IterableDataset as Chain
+
+        if isinstance(dataset, Chain):  # a processing chain: its own loader (see .torchpipe)
+            from .torchpipe import PipelineDataLoader
+
+            return PipelineDataLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
     @checked_keywords(DataLoader.__init__)
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,

@@ -42,10 +42,11 @@ from .reading import PassReader
 from .stream import WeightSchedule, described, places
 from .table import ShardTable
 from .world import detect_world, rank_world
+from ..process.chain import Operations, ShuffleFlag
 from ..integrations.torchenv import die_with_parent, register_iterable
 
 
-class StreamingDataset:
+class StreamingDataset(Operations):
     """A dataset read from ``local`` (optionally its ``split`` subdirectory), or streamed from ``remote``
     through the cache ``local``: MDS shards, or data files (Parquet, Arrow, JSON Lines, CSV, text) given
     as a file, directory, glob or list, with ``format=`` taken from their names when left out;
@@ -119,7 +120,13 @@ class StreamingDataset:
         self._inline_get = type(self).get_item is StreamingDataset.get_item
         self.split = split
         self.batch_size = batch_size
-        self.shuffle = shuffle
+        # what opened this dataset, for interleave_datasets to open it again as one of several streams
+        self.source_args = None if streams is not None else dict(
+            remote=remote, local=local, split=split, format=format, columns=columns, on_bad_rows=on_bad_rows,
+            download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
+            keep_zip=keep_zip)
+        self.storage_options = storage_options
+        self._shuffle = bool(shuffle)
         limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
         self.cache_limit = limit
         mixed = streams is not None or epoch_size is not None or weight_schedule is not None
@@ -168,6 +175,16 @@ class StreamingDataset:
         if self._default_predownload:
             self.predownload = default_predownload(batch_size, self._average)
         warn_unset_batch_size(self, f"it takes the loader's batch_size={batch_size}")
+
+    @property
+    def shuffle(self) -> ShuffleFlag:
+        """Whether the plan shuffles (mosaicml-streaming's flag); calling it adds HF's shuffle buffer:
+        ``ds.shuffle(seed=0, buffer_size=10_000)`` (see :mod:`shardstream.process.chain`)."""
+        return ShuffleFlag(self._shuffle, self)
+
+    @shuffle.setter
+    def shuffle(self, value: bool) -> None:
+        self._shuffle = bool(value)
 
     # -- sizes ----------------------------------------------------------------------
     @property
@@ -303,8 +320,8 @@ class StreamingDataset:
         ``batch_size`` must equal the dataset's, and ``start`` is refused: resume a pass with
         :meth:`load_state_dict`).
         """
-        bs = scan_size(self.batch_size, batch_size, start, self.shuffle)
-        if not self.shuffle:
+        bs = scan_size(self.batch_size, batch_size, start, self._shuffle)
+        if not self._shuffle:
             return index_scan(self.table, bs, columns, drop_last, int(start))
         if self.batch_size is None:
             self.adopt_batch_size(bs)
@@ -320,7 +337,7 @@ class StreamingDataset:
         if first:  # once per dataset (and per worker copy)
             self._working_set_checked = True
         return PassReader(self.table, current, columns, predownload=self.predownload, threads=self.download_threads,
-                          limit=self.cache_limit, shuffle=self.shuffle, check_working_set=first)
+                          limit=self.cache_limit, shuffle=self._shuffle, check_working_set=first)
 
     def check_batchable(self, columns: Optional[Sequence[str]] = None) -> None:
         """Refuse column batches that would be wrong: unknown columns, streams whose columns differ, or

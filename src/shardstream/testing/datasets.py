@@ -25,3 +25,18 @@ def write_dataset(out: Union[str, os.PathLike], columns: dict[str, str], samples
         for sample in samples:
             writer.write(sample)
     return out
+
+
+def write_text_rows(dirname: Union[str, os.PathLike], files: int = 3, rows: int = 200, start: int = 0) -> str:
+    """JSON Lines files ``part<f>.jsonl`` in ``dirname`` of rows ``{"id", "text"}``: row ``i`` of file ``f`` has
+    id ``start + 1000 * f + i`` and a text of ``i % 13 + 1`` words; returns ``dirname``."""
+    import json
+
+    dirname = os.fspath(dirname)
+    os.makedirs(dirname, exist_ok=True)
+    for f in range(files):
+        with open(os.path.join(dirname, f"part{f}.jsonl"), "w") as fh:
+            for i in range(rows):
+                rid = start + f * 1000 + i
+                fh.write(json.dumps({"id": rid, "text": " ".join(f"w{rid}" for _ in range(i % 13 + 1))}) + "\n")
+    return dirname

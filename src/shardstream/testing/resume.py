@@ -14,6 +14,9 @@ and the shares are put back together in the order a PyTorch DataLoader and the
 ranks deliver them. The result must equal the reference order from that step on,
 sample for sample. The same state is also loaded into the reference dataset object
 itself, which must honour it on its next pass.
+
+Processing chains (``ds.shuffle(buffer_size=...).map(...).pack(...)``) have their own check,
+:func:`~shardstream.testing.chains.check_chain_resumes`, which also saves on several worlds.
 """
 
 from __future__ import annotations

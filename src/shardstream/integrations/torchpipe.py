@@ -1,0 +1,121 @@
+"""PyTorch: a DataLoader over a processing chain (``StreamingDataLoader(ds.map(...).pack(...))``).
+
+Each DataLoader worker (or the main process, with ``num_workers=0``) runs one reader of the
+chain (see :mod:`shardstream.process.run`) and sends every batch stamped with its reader's
+state after it. The main process keeps the last stamp of each of its workers, so
+``state_dict()`` counts the batches handed to the training loop, not those prefetched, and
+resumes on any world (other ranks, other worker counts) with nothing repeated or lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Optional
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..errors import InvalidArgumentError
+from ..process.run import setup
+from .tensors import converter
+
+
+class Stamp:
+    """A batch and ``(reader, reader state after it)``."""
+
+    __slots__ = ("item", "reader", "state")
+
+    def __init__(self, item: Any, reader: int, state: dict) -> None:
+        self.item, self.reader, self.state = item, reader, state
+
+    def __reduce__(self):
+        return (Stamp, (self.item, self.reader, self.state))
+
+
+class ChainBatches(IterableDataset):
+    """The chain's items, each stamped with its reader's state (see the module docstring)."""
+
+    def __init__(self, chain) -> None:
+        self.chain = chain
+        self.ticket = None  # the pass to run: (next epoch, loaded state), set by the loader
+
+    def __iter__(self) -> Iterator[Stamp]:
+        chain = self.chain
+        it = chain.run_pass(self.ticket)
+        _, run, reader = chain._active
+        for item in it:
+            yield Stamp(item, reader, run.state())
+
+
+def _keep(stamp):
+    return stamp
+
+
+class PipelineDataLoader(DataLoader):
+    """A DataLoader over a processing chain ``chain``; ``batch_size`` rows per batch (None: the chain's
+    items are already batches, e.g. after ``.batch(n)``). Batches come as torch tensors (numbers and
+    equal-shape arrays) and lists (other values)."""
+
+    def __init__(self, chain, batch_size: Optional[int] = None, *, num_workers: int = 0, drop_last: bool = False,
+                 collate_fn=None, **kwargs) -> None:
+        for key in ("shuffle", "sampler", "batch_sampler"):
+            if kwargs.get(key) not in (None, False):
+                raise InvalidArgumentError(f"{key}={kwargs[key]!r}: the chain orders its items; use ds.shuffle(...)")
+        if kwargs.get("persistent_workers"):
+            raise InvalidArgumentError("persistent_workers=True is not supported over a processing chain: each "
+                                       "epoch's workers start from the chain's state; leave it False")
+        if batch_size is not None:
+            chain = chain.batch(batch_size, drop_last_batch=drop_last)
+        self.chain = chain
+        self._collate = collate_fn
+        self._to_torch = converter("torch")
+        self._setup = None
+        self._states: dict = {}
+        self._finished = False
+        super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=_keep, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:
+        chain = self.chain
+        chain.close()
+        world = dataclasses.replace(chain.root.detect_world(), num_workers=self.num_workers, worker=0)
+        made = setup(chain.root, chain.specs, world, chain._next_epoch, chain._loaded)
+        first = world.reader * max(self.num_workers, 1)
+        self.dataset.ticket = (chain._next_epoch, chain._loaded)
+        it = super().__iter__()  # the workers take the ticket as it is now
+        chain._loaded, chain._next_epoch = None, made.epoch + 1
+        self._setup, self._finished, self._handed = made, False, 0
+        n = len(chain.specs)
+        self._states = {j: made.states.get(j) or made.fresh_state(j, n)
+                        for j in range(first, first + max(self.num_workers, 1))}
+        return self._count(it)
+
+    def _count(self, it) -> Iterator[Any]:
+        for stamp in it:
+            self._states[stamp.reader] = stamp.state
+            self._handed += 1
+            item = stamp.item
+            yield self._collate(item) if self._collate is not None else self._to_torch(item)
+        self._finished = True
+
+    def state_dict(self) -> dict:
+        """The chain's state after the batches handed to the training loop (this rank's readers)."""
+        made = self._setup
+        if made is None:
+            return self.chain.state_dict()
+        fp = self.chain.fingerprint()
+        if self._finished and made.readers == len(self._states):
+            return {**self.chain.state_dict(), "epoch": made.epoch, "complete": True}
+        states = dict(self._states)
+        if self._finished:  # this rank's workers all ended their pass
+            states = {j: {**s, "done": True} for j, s in states.items()}
+        w = max(self.num_workers, 1)
+        world = self.chain.root.detect_world()
+        return made.full_state(states, fp, (made.turn + self._handed) % w, world.reader)
+
+    def load_state_dict(self, state) -> None:
+        """Resume at the next ``iter(loader)``, on any world."""
+        self.chain.load_state_dict(state)
+        self._setup = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.chain.set_epoch(epoch)
+        self._setup = None

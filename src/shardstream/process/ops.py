@@ -1,0 +1,265 @@
+"""The stages that need no user function: ``shuffle`` (a buffer), ``take`` / ``skip``, ``batch``,
+column operations and ``with_format``.
+
+``shuffle(seed, buffer_size)`` is HF's buffer: it fills ``buffer_size`` items, then for each
+new item hands on a uniformly drawn buffered one and puts the new one in its place; at the
+end it hands on the rest in random order. Draws come from a PCG64 stream seeded by
+``(seed, resume generation, reader)``; its state is the number of draws, so restoring it is
+one ``advance``. The buffer's state is its items' keys in slot order (plan positions for a
+buffer next to the source); on resume the items are read again by position.
+
+``take(n)`` / ``skip(n)`` count per rank, like HF on a split dataset: a rank's DataLoader
+workers (or threads) share its ``n`` evenly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .keys import decode_all, encode_all
+from .stage import ReaderContext, Stage, deal, pull
+
+_DRAWS = 1024
+
+
+def reader_seed(seed: int, ctx: ReaderContext, purpose: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(seed) & ((1 << 63) - 1), purpose, ctx.generation, ctx.reader])
+
+
+class ShuffleStage(Stage):
+    name = "shuffle"
+
+    def __init__(self, source: Stage, ctx: ReaderContext, spec: "ShuffleSpec") -> None:
+        super().__init__(source, ctx)
+        self.size = spec.buffer_size
+        self.seed = spec.seed
+        self.reset(None)
+
+    def _rng(self, draws: int) -> None:
+        self.bitgen = np.random.PCG64(reader_seed(self.seed, self.ctx, 1))
+        if draws:
+            self.bitgen.advance(draws)
+        self.gen = np.random.Generator(self.bitgen)
+        self.block = self.gen.random(_DRAWS).tolist()
+        self.drawn = draws  # draws taken before this block
+        self.at = 0
+
+    def _draw(self) -> float:
+        if self.at == _DRAWS:
+            self.drawn += _DRAWS
+            self.block = self.gen.random(_DRAWS).tolist()
+            self.at = 0
+        u = self.block[self.at]
+        self.at += 1
+        return u
+
+    def next(self) -> tuple[Any, Any]:
+        keys, values, size = self.keys, self.values, self.size
+        if not self.ended and len(keys) <= size:
+            nxt = self.source.next
+            try:
+                while len(keys) < size:
+                    k, v = nxt()
+                    keys.append(k)
+                    values.append(v)
+                k, v = nxt()
+            except StopIteration:
+                self.ended = True
+            else:
+                i = int(self._draw() * size)
+                out = keys[i], values[i]
+                keys[i], values[i] = k, v
+                return out
+        if not keys:
+            raise StopIteration
+        i = int(self._draw() * len(keys))
+        out = keys[i], values[i]
+        keys[i], values[i] = keys[-1], values[-1]
+        keys.pop()
+        values.pop()
+        return out
+
+    def get_state(self) -> dict:
+        return {"keys": encode_all(self.keys), "draws": self.drawn + self.at}
+
+    def reset(self, state: Optional[dict] = None) -> None:
+        self.ended = False
+        if not state:
+            self.keys, self.values = [], []
+            self._rng(0)
+            return
+        self.keys = decode_all(state["keys"])  # more than buffer_size after a resume on fewer readers
+        self.values = list(self.source.recreate(self.keys))
+        self._rng(int(state.get("draws", 0)))
+
+    @staticmethod
+    def redistribute(states: list[dict], n: int) -> list[dict]:
+        keys = [k for s in states for k in s.get("keys", [])]
+        return [{"keys": share, "draws": 0} for share in deal(keys, n)]
+
+
+class ShuffleSpec:
+    def __init__(self, seed: Optional[int], buffer_size: int) -> None:
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise InvalidArgumentError(f"shuffle(buffer_size={buffer_size!r}) must be an int >= 1")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise InvalidArgumentError(f"shuffle(seed={seed!r}) must be an int or None")
+        self.seed, self.buffer_size = (0 if seed is None else int(seed)), buffer_size
+
+    def build(self, source: Stage, ctx: ReaderContext) -> Stage:
+        return ShuffleStage(source, ctx, self)
+
+    stage = ShuffleStage
+
+    def describe(self) -> dict:
+        return {"op": "shuffle", "seed": self.seed, "buffer_size": self.buffer_size}
+
+
+class CountStage(Stage):
+    """``take(n)`` (hand on the first ``n``) or ``skip(n)`` (drop them), per rank."""
+
+    def __init__(self, source: Stage, ctx: ReaderContext, spec: "CountSpec") -> None:
+        super().__init__(source, ctx)
+        self.take = spec.op == "take"
+        per_rank = max(ctx.readers // max(ctx.ranks, 1), 1)
+        worker = ctx.reader % per_rank
+        self.limit = spec.n // per_rank + (worker < spec.n % per_rank)
+        self.count = 0
+
+    def next(self) -> tuple[Any, Any]:
+        if self.take:
+            if self.count >= self.limit:
+                raise StopIteration
+            self.count += 1
+            return self.source.next()
+        while self.count < self.limit:
+            self.source.next()
+            self.count += 1
+        return self.source.next()
+
+    def get_state(self) -> dict:
+        return {"count": self.count, "limit": self.limit}
+
+    def reset(self, state: Optional[dict] = None) -> None:
+        if state:
+            self.count = int(state.get("count", 0))
+            self.limit = int(state.get("limit", self.limit))
+        else:
+            self.count = 0
+
+    @staticmethod
+    def redistribute(states: list[dict], n: int) -> list[dict]:
+        left = sum(max(int(s.get("limit", 0)) - int(s.get("count", 0)), 0) for s in states)
+        return [{"count": 0, "limit": left // n + (i < left % n)} for i in range(n)]
+
+
+class CountSpec:
+    def __init__(self, op: str, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise InvalidArgumentError(f"{op}(n={n!r}) must be an int >= 0")
+        self.op, self.n = op, int(n)
+
+    stage = CountStage
+
+    def build(self, source: Stage, ctx: ReaderContext) -> Stage:
+        return CountStage(source, ctx, self)
+
+    def describe(self) -> dict:
+        return {"op": self.op, "n": self.n}
+
+
+class BatchStage(Stage):
+    """``batch(batch_size, drop_last_batch)``: rows into HF's batched form, column -> list."""
+
+    def __init__(self, source: Stage, ctx: ReaderContext, spec: "BatchSpec") -> None:
+        super().__init__(source, ctx)
+        self.spec = spec
+
+    def next(self) -> tuple[Any, Any]:
+        keys, rows = pull(self.source, self.spec.batch_size)
+        if not keys or (len(keys) < self.spec.batch_size and self.spec.drop_last_batch):
+            raise StopIteration
+        return ("b", tuple(keys)), collate(rows)
+
+    def recreate(self, keys: list) -> list:
+        return [collate(self.source.recreate(list(k[1]))) for k in keys]
+
+
+def collate(rows: list[dict]) -> dict:
+    """Rows as HF's batch: column -> list of the rows' values (``with_format("numpy")`` stacks them)."""
+    return {c: [r[c] for r in rows] for c in rows[0]}
+
+
+class BatchSpec:
+    def __init__(self, batch_size: int, drop_last_batch: bool) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise InvalidArgumentError(f"batch(batch_size={batch_size!r}) must be an int >= 1")
+        self.batch_size, self.drop_last_batch = int(batch_size), bool(drop_last_batch)
+
+    stage = BatchStage
+
+    def build(self, source: Stage, ctx: ReaderContext) -> Stage:
+        return BatchStage(source, ctx, self)
+
+    def describe(self) -> dict:
+        return {"op": "batch", "batch_size": self.batch_size, "drop_last_batch": self.drop_last_batch}
+
+
+class RowStage(Stage):
+    """A stateless function of each value (column operations, ``with_format``)."""
+
+    def __init__(self, source: Stage, ctx: ReaderContext, spec: "RowSpec") -> None:
+        super().__init__(source, ctx)
+        self.fn = spec.fn
+
+    def next(self) -> tuple[Any, Any]:
+        k, v = self.source.next()
+        return k, self.fn(v)
+
+    def recreate(self, keys: list) -> list:
+        return [self.fn(v) for v in self.source.recreate(keys)]
+
+
+class RowSpec:
+    def __init__(self, desc: dict, fn) -> None:
+        self.desc, self.fn = desc, fn
+
+    stage = RowStage
+
+    def build(self, source: Stage, ctx: ReaderContext) -> Stage:
+        return RowStage(source, ctx, self)
+
+    def describe(self) -> dict:
+        return self.desc
+
+
+def rename(mapping: dict) -> RowSpec:
+    for old, new in mapping.items():
+        if not isinstance(old, str) or not isinstance(new, str):
+            raise InvalidArgumentError(f"rename_columns needs str -> str, got {old!r} -> {new!r}")
+
+    def fn(row):
+        missing = [c for c in mapping if c not in row]
+        if missing:
+            raise InvalidArgumentError(f"rename: columns {missing} are not in the rows (they have {list(row)})")
+        return {mapping.get(c, c): v for c, v in row.items()}
+    return RowSpec({"op": "rename", "mapping": dict(mapping)}, fn)
+
+
+def select(columns: Sequence[str], keep: bool) -> RowSpec:
+    if isinstance(columns, str):
+        columns = [columns]
+    cols = list(columns)
+
+    def fn(row):
+        missing = [c for c in cols if c not in row]
+        if missing:
+            raise InvalidArgumentError(f"{'select_columns' if keep else 'remove_columns'}: columns {missing} are "
+                                       f"not in the rows (they have {list(row)})")
+        if keep:
+            return {c: row[c] for c in cols}
+        return {c: v for c, v in row.items() if c not in cols}
+    return RowSpec({"op": "select" if keep else "remove", "columns": cols}, fn)

@@ -1,0 +1,194 @@
+"""A pass of a pipeline: which plan segment and grid it reads, each reader's chain, and its state.
+
+:func:`setup` decides, identically in every process of a job (ranks, DataLoader workers,
+the main process that only records), what the next pass is: a fresh epoch, or the
+continuation of a loaded state. A state saved on the same number of readers continues
+each reader exactly where it was (the same order, to the item). A state saved on another
+number of readers is *redistributed* first (:func:`redistribute`):
+
+- the new grid starts at the lowest frontier of the old readers, and lists as ``skip`` the
+  positions beyond it that some old reader had already read;
+- what the old readers' stages held (shuffle buffers, partial map groups, partial packs,
+  items made but not yet consumed) is pooled stage by stage and dealt among the new
+  readers, and random streams are re-seeded for the new generation.
+
+Every source position is thus read exactly once per epoch, and every item made from it is
+handed to the training loop exactly once, whatever the worlds before and after. The order
+after such a resume differs from the uninterrupted run's (readers draw from other
+buffers); on the same world it is identical.
+
+:class:`Run` is one reader's chain (source, then the stages) with the items to replay
+first and the state after what it handed on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from ..errors import IncompatibleStateError
+from ..plan import World
+from .keys import decode_all, encode_all
+from .source import DEFAULT_BLOCK, Grid, SourceStage
+from .stage import ReaderContext, deal
+
+PIPELINE_STATE_VERSION = 1
+KIND = "shardstream.pipeline"
+
+
+@dataclass
+class PassSetup:
+    """What every process agrees the pass is (see the module docstring)."""
+
+    epoch: int
+    plan: Any
+    source: dict  # the root dataset's state at the plan segment's start
+    grid: Grid
+    generation: int
+    readers: int
+    ranks: int
+    states: dict = field(default_factory=dict)  # reader -> its state to restore (absent: fresh)
+    turn: int = 0  # which of a rank's readers hands on the next batch (DataLoader workers take turns)
+
+    def reader_for(self, world: World) -> int:
+        """The reader ``world``'s process runs: its rank's readers rotated by ``turn``, so that a resumed
+        DataLoader, which starts with worker 0, continues with the reader whose turn it was."""
+        w = world.workers
+        return world.reader * w + (world.worker + self.turn) % w
+
+    def context(self, reader: int) -> ReaderContext:
+        return ReaderContext(reader=reader, readers=self.readers, generation=self.generation,
+                             rank=reader // max(self.readers // self.ranks, 1), ranks=self.ranks)
+
+    def fresh_state(self, reader: int, nstages: int) -> dict:
+        return {"frontier": self.grid.first(reader), "stages": [{} for _ in range(nstages)], "pending": []}
+
+    def full_state(self, readers: dict, fingerprint: str, turn: int = 0, rank: int = 0) -> dict:
+        return {"turns": {str(rank): int(turn)}, "version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fingerprint, "epoch": self.epoch,
+                "source": self.source, "grid": self.grid.describe() | {"generation": self.generation},
+                "readers": {str(j): s for j, s in sorted(readers.items())}, "ranks": self.ranks}
+
+
+def reader_of(world: World) -> tuple[int, int, int]:
+    """``(reader index, readers, ranks)`` of ``world``: ranks x workers, rank-major."""
+    return world.reader * world.workers + world.worker, world.readers * world.workers, world.readers
+
+
+def plan_pass(root, epoch: int, source_state: Optional[dict] = None):
+    """The root's plan segment for ``epoch`` (one reader's view), or the one ``source_state`` began;
+    None when that epoch holds nothing more."""
+    order, w1 = root.cursor.order, World()
+    order.check(w1)
+    if source_state is None:
+        p = order.fresh(epoch, w1)
+    else:
+        p = order.resume(order.adopt(dict(source_state), w1), w1)
+        if p is None:
+            return None
+    return p.plan, order.state(p.epoch, p.start, p.plan)
+
+
+def setup(root, specs, world: World, next_epoch: int, loaded: Optional[dict]) -> PassSetup:
+    """The pass the next iteration runs for ``world`` (a fresh ``next_epoch`` unless ``loaded``)."""
+    _, readers, ranks = reader_of(world)
+    readers_left = (loaded or {}).get("readers") or {}
+    if loaded is not None and "grid" in loaded and readers_left and all(r.get("done") for r in readers_left.values()):
+        loaded = {"epoch": loaded["epoch"], "complete": True}  # every reader had ended its pass
+    if loaded is not None and "grid" in loaded:
+        made = plan_pass(root, int(loaded["epoch"]), loaded["source"])
+        if made is not None:
+            plan, source = made
+            return _continued(loaded, plan, source, specs, readers, ranks, world.reader)
+        next_epoch = int(loaded["epoch"]) + 1
+    elif loaded is not None:  # at an epoch's start, or after a complete one
+        next_epoch = int(loaded["epoch"]) + int(bool(loaded.get("complete")))
+    plan, source = plan_pass(root, next_epoch)
+    grid = Grid(plan.origin, plan.end, DEFAULT_BLOCK, readers)
+    return PassSetup(next_epoch, plan, source, grid, 0, readers, ranks)
+
+
+def _continued(loaded: dict, plan, source: dict, specs, readers: int, ranks: int, rank: int) -> PassSetup:
+    g = loaded["grid"]
+    old = int(g["readers"])
+    states = {int(j): s for j, s in loaded["readers"].items()}
+    grid = Grid(int(g["anchor"]), plan.end, int(g["block"]), old, g.get("skip") or None)
+    if old == readers:
+        turns = loaded.get("turns") or {}
+        turn = int(turns.get(str(rank), 0))
+        return PassSetup(int(loaded["epoch"]), plan, source, grid, int(g.get("generation", 0)), readers, ranks,
+                         states, turn)
+    new_grid, new_states = redistribute(grid, [states[j] for j in range(old)], specs, readers)
+    return PassSetup(int(loaded["epoch"]), plan, source, new_grid, int(g.get("generation", 0)) + 1, readers,
+                     ranks, new_states)
+
+
+def redistribute(grid: Grid, states: list[dict], specs, readers: int) -> tuple[Grid, dict]:
+    """The grid and reader states that continue ``states`` (of ``grid``'s readers) on ``readers``."""
+    frontiers = [int(s["frontier"]) for s in states]
+    anchor = min(frontiers) if frontiers else grid.end
+    ahead = [grid.skip[grid.skip >= anchor]]
+    for j, f in enumerate(frontiers):
+        ahead.append(grid.owned(j, anchor, f))
+    skip = np.unique(np.concatenate(ahead)) if ahead else None
+    new_grid = Grid(anchor, grid.end, grid.block, readers, skip)
+    out = {j: {"frontier": new_grid.first(j), "stages": [], "pending": []} for j in range(readers)}
+    for i, spec in enumerate(specs):
+        shares = spec.stage.redistribute([s["stages"][i] for s in states], readers)
+        for j in range(readers):
+            out[j]["stages"].append(shares[j])
+    pending = [k for s in states for k in s.get("pending", [])]
+    for j, share in enumerate(deal(pending, readers)):
+        out[j]["pending"] = share
+    return new_grid, out
+
+
+class Run:
+    """Reader ``reader``'s chain for the pass ``setup`` (see the module docstring)."""
+
+    def __init__(self, root, specs, setup_: PassSetup, reader: int) -> None:
+        self.setup = setup_
+        self.reader = reader
+        ctx = setup_.context(reader)
+        self.source = SourceStage(root, setup_.plan, setup_.epoch, setup_.grid, ctx)
+        self.stages = []
+        node = self.source
+        for spec in specs:
+            node = spec.build(node, ctx)
+            self.stages.append(node)
+        self.last = node
+        state = setup_.states.get(reader)
+        if state is not None and len(state.get("stages", [])) != len(specs):
+            raise IncompatibleStateError(f"the state was saved by a chain of {len(state.get('stages', []))} "
+                                         f"operations and this one has {len(specs)}; resume with the same chain")
+        self.source.reset({"frontier": state["frontier"]} if state else None)
+        for i, stage in enumerate(self.stages):
+            stage.reset(state["stages"][i] if state else None)
+        self.replay = deque(decode_all(state.get("pending", [])) if state else [])
+        self.replay_values: deque = deque()
+        self.done = False
+
+    def next(self) -> tuple[Any, Any]:
+        """The next ``(key, value)`` of this reader (items owed by a resume first)."""
+        if self.replay:
+            if not self.replay_values:
+                self.replay_values.extend(self.last.recreate(list(self.replay)))
+            return self.replay.popleft(), self.replay_values.popleft()
+        try:
+            return self.last.next()
+        except StopIteration:
+            self.done = True
+            raise
+
+    def state(self, pending=()) -> dict:
+        """This reader's state after what it handed on; ``pending``: keys it made that were not consumed."""
+        state = {"frontier": self.source.frontier, "stages": [s.get_state() for s in self.stages],
+                 "pending": encode_all(list(pending) + list(self.replay))}
+        if self.done and not state["pending"]:
+            state["done"] = True
+        return state
+
+    def close(self) -> None:
+        self.last.close()

@@ -1,0 +1,98 @@
+"""The contract of a processing stage (torchdata.nodes' ``next`` / ``get_state`` / ``reset``).
+
+A reader runs a chain of stages: the source (this reader's share of the plan, see
+:mod:`.source`) and the stages the dataset's operations add, each pulling ``(key, value)``
+items from the one before it (``self.source``). Keys say where an item came from (see
+:mod:`.keys`); values are rows (dicts of column -> value) or, after ``batch``, batches.
+
+- ``next()`` returns the next ``(key, value)``; ``StopIteration`` ends the reader's pass.
+- ``get_state()`` returns what this stage holds and counts, as JSON-able data (keys of the
+  items it holds, encoded with :func:`.keys.encode`, never the values).
+- ``reset(state)`` restores it; the chain is reset source first, so a stage may call
+  ``self.source.recreate(keys)`` to make the values of the items it held again.
+- ``recreate(keys)`` returns the values of items this stage emitted with those keys
+  (the source reads their positions again; a map applies its function again; a packer
+  rebuilds its packs from their pieces).
+- ``redistribute(states, n)`` (a static method) pools the states of the readers of a
+  run and deals what they held among ``n`` new readers: how a checkpoint resumes on
+  another world with nothing repeated or lost (see :mod:`.state`).
+- ``describe()`` is what the stage does, as JSON-able data, for the pipeline's
+  fingerprint: a state is refused when the chain changed, and processed data cached
+  on disk is reused only by the same chain.
+
+Every stage knows its reader (``ctx``: the reader index, the readers' count and the
+resume generation) so that random choices are a function of them and the seed alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..loader.nodes import Node
+
+
+@dataclass(frozen=True)
+class ReaderContext:
+    """Which reader runs a chain: ``reader`` of ``readers``, in resume ``generation`` (it grows by one
+    each time a checkpoint resumes on another number of readers)."""
+
+    reader: int = 0
+    readers: int = 1
+    generation: int = 0
+    rank: int = 0
+    ranks: int = 1
+
+
+class Stage(Node):
+    """A processing stage over ``source`` (see the module docstring)."""
+
+    name = "stage"
+
+    def __init__(self, source: "Stage", ctx: ReaderContext) -> None:
+        self.source = source
+        self.ctx = ctx
+
+    def next(self) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def get_state(self) -> dict:
+        return {}
+
+    def reset(self, state: Optional[dict] = None) -> None:
+        """Restore ``state`` (a :meth:`get_state` result), or start afresh with None."""
+
+    def recreate(self, keys: list) -> list:
+        """Values of items this stage emitted with ``keys``: by default those of the stage before it."""
+        return self.source.recreate(keys)
+
+    def locate(self, key: Any) -> str:
+        """Where the item with ``key`` came from, in words (for error messages)."""
+        return self.source.locate(key)
+
+    def close(self) -> None:
+        self.source.close()
+
+    @staticmethod
+    def redistribute(states: list[dict], n: int) -> list[dict]:
+        """The states of ``n`` new readers from those of the old ones (a stage holding nothing: fresh)."""
+        return [{} for _ in range(n)]
+
+
+def pull(source: Stage, n: int) -> tuple[list, list]:
+    """Up to ``n`` items of ``source``, as ``(keys, values)`` (fewer at the end of its pass)."""
+    keys, values = [], []
+    nxt = source.next
+    for _ in range(n):
+        try:
+            k, v = nxt()
+        except StopIteration:
+            break
+        keys.append(k)
+        values.append(v)
+    return keys, values
+
+
+def deal(items: list, n: int) -> list[list]:
+    """``items`` dealt round-robin among ``n`` readers, in order."""
+    return [items[i::n] for i in range(n)]

@@ -1,0 +1,150 @@
+"""The pack stage: :class:`~.pack.Packer` in a processing chain, resumable exactly on any world.
+
+Each item it emits is one packed row keyed ``("p", ((key, start, stop), ...))``: the pieces it
+was made of (see :mod:`shardstream.process.keys`). Its state is what the packer holds, as keys:
+
+``{"version": 1, "bins": [[[key, start, stop], ...], ...], "pending": [[key, start, stop], ...],
+"tokens": int, "slots": int, "packs": int, "dropped": int}``
+
+``bins`` are the open bins' pieces; ``pending`` the pieces read but not placed yet (the remainder
+of a document that filled a bin, or a document waiting for the bin it displaced to be emitted).
+On resume the stage asks its source to make the documents of those keys again and slices them
+the same way, so the rows that follow are the ones an uninterrupted run would have made.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import IncompatibleStateError, InvalidArgumentError
+from ..process.keys import decode, encode
+from ..process.stage import ReaderContext, Stage, deal
+from .pack import COUNTERS, Pack, Packer
+
+STATE_VERSION = 1
+
+
+class PackStage(Stage):
+    """Packs the rows of ``source`` as ``pack`` says; ``efficiency`` is real tokens over slots so far."""
+
+    name = "pack"
+
+    def __init__(self, source: Stage, ctx: ReaderContext, pack: Pack) -> None:
+        if not isinstance(pack, Pack):
+            raise InvalidArgumentError(f"PackStage takes a Pack of options, not {type(pack).__name__}; "
+                                       "for example PackStage(source, ctx, Pack(seq_len=1024))")
+        super().__init__(source, ctx)
+        self.pack = pack
+        self._packer = Packer(pack, self.locate)
+        self._ended = False
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens over the slots of the rows emitted so far (carried across resumes)."""
+        return self._packer.efficiency
+
+    @property
+    def stats(self) -> dict:
+        """The counters: ``tokens`` and ``slots`` of the rows emitted, ``packs``, tokens ``dropped``."""
+        return {name: getattr(self._packer, name) for name in COUNTERS}
+
+    def next(self) -> tuple[Any, dict]:
+        packer = self._packer
+        while True:
+            out = packer.next_pack(final=self._ended)
+            if out is not None:
+                return out
+            if self._ended:
+                raise StopIteration
+            try:
+                key, row = self.source.next()
+            except StopIteration:
+                self._ended = True
+                continue
+            packer.add(key, row)
+
+    def get_state(self) -> dict:
+        state = self._packer.state()
+        return {"version": STATE_VERSION,
+                "bins": [[[encode(k), s, e] for k, s, e in b] for b in state["bins"]],
+                "pending": [[encode(k), s, e] for k, s, e in state["pending"]],
+                **{name: state[name] for name in COUNTERS}}
+
+    def reset(self, state: Optional[dict] = None) -> None:
+        self._packer = Packer(self.pack, self.locate)
+        self._ended = False
+        if not state:
+            return
+        held = _decode_state(state)
+        keys = Packer.keys(held)
+        rows = self.source.recreate(keys) if keys else []
+        self._packer.restore(held, dict(zip(keys, rows)))
+
+    def recreate(self, keys: list) -> list:
+        layouts = [_pieces_of(key) for key in keys]
+        inner = list(dict.fromkeys(k for pieces in layouts for k, _, _ in pieces))
+        rows = self.source.recreate(inner) if inner else []
+        cols = {key: self._packer.columns(key, row) for key, row in zip(inner, rows)}
+        return [self._packer.build([self._packer.piece(p, cols) for p in pieces]) for pieces in layouts]
+
+    def describe(self) -> dict:
+        return {"stage": self.name, **self.pack.describe()}
+
+    @staticmethod
+    def redistribute(states: list[dict], n: int) -> list[dict]:
+        """Pool the open bins and pending pieces of ``states`` and deal each among ``n`` readers; the
+        counters go to reader 0. A reader dealt more bins than its strategy keeps open places the
+        extra bins' pieces again."""
+        states = [s or {} for s in states]
+        for s in states:
+            _check_version(s)
+        bins = [b for s in states for b in s.get("bins", [])]
+        pending = [p for s in states for p in s.get("pending", [])]
+        totals = {name: sum(s.get(name, 0) for s in states) for name in COUNTERS}
+        return [{"version": STATE_VERSION, "bins": b, "pending": p,
+                 **{name: totals[name] if i == 0 else 0 for name in COUNTERS}}
+                for i, (b, p) in enumerate(zip(deal(bins, n), deal(pending, n)))]
+
+
+def _check_version(state: dict) -> None:
+    if not isinstance(state, dict) or (state and state.get("version") != STATE_VERSION):
+        raise IncompatibleStateError(f"the pack stage's state {state!r:.200} is not a version {STATE_VERSION} "
+                                     "pack state; resume with the version of shardstream that saved it")
+
+
+def _decode_piece(obj: Any) -> tuple:
+    if not isinstance(obj, list) or len(obj) != 3:
+        raise IncompatibleStateError(f"the pack stage's state holds {obj!r} where a piece [key, start, stop] belongs")
+    return decode(obj[0]), obj[1], obj[2]
+
+
+def _decode_state(state: dict) -> dict:
+    _check_version(state)
+    bins, pending = state.get("bins", []), state.get("pending", [])
+    if not isinstance(bins, list) or not all(isinstance(b, list) for b in bins) or not isinstance(pending, list):
+        raise IncompatibleStateError("the pack stage's state holds bins or pending pieces that are not lists; "
+                                     "was it edited by hand?")
+    return {"bins": [[_decode_piece(p) for p in b] for b in bins],
+            "pending": [_decode_piece(p) for p in pending],
+            **{name: state.get(name, 0) for name in COUNTERS}}
+
+
+def _pieces_of(key: Any) -> tuple:
+    if not (isinstance(key, tuple) and len(key) == 2 and key[0] == "p" and isinstance(key[1], tuple)):
+        raise IncompatibleStateError(f"{key!r} is not the key of a packed row ('p', ((key, start, stop), ...))")
+    return key[1]
+
+
+class PackSpec:
+    """``pack`` as an operation of a processing chain: builds a :class:`PackStage` for each reader."""
+
+    stage = PackStage
+
+    def __init__(self, pack: Pack) -> None:
+        self.pack = pack
+
+    def build(self, source: Stage, ctx: ReaderContext) -> PackStage:
+        return PackStage(source, ctx, self.pack)
+
+    def describe(self) -> dict:
+        return {"op": "pack", **self.pack.describe()}
