@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
 
 import numpy as np
 
@@ -193,40 +192,8 @@ class Runner:
         cmd = self.command(library, cfg_path)
         log(f"== {tag}: {' '.join(shlex.quote(c) for c in cmd)}")
         env = self.env(library, cache)
-        jiffies0, kids0, start = bench_loader.cpu_jiffies(), _children_cpu(), time.perf_counter()
         err_log = os.path.join(self.work, f"stderr-{tag}.log")
-        try:
-            with open(err_log, "w") as err:
-                code: Any = subprocess.run(cmd, env=env, cwd=ROOT, stderr=err, check=False,
-                                           timeout=RUN_TIMEOUT_S).returncode
-        except subprocess.TimeoutExpired:
-            code = f"timed out after {RUN_TIMEOUT_S} s"
-        wall = time.perf_counter() - start
-        contention = dict(quiet, **_others_share(jiffies0, bench_loader.cpu_jiffies(), _children_cpu() - kids0, wall))
-        if code != 0 or not os.path.exists(out):
-            with open(err_log) as f:
-                tail = f.read()[-3000:]
-            log(f"!! {tag} failed ({code}); stderr tail:\n{tail}")
-            return {"error": f"exit status {code}", "stderr_tail": tail, "wall_s": wall, "contention": contention}
-        with open(out) as f:
-            res = json.load(f)
-        res.update(wall_s=wall, contention=contention)
-        return res
-
-
-def _children_cpu() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def _others_share(j0, j1, own_s: float, wall: float) -> dict:
-    """The share of all CPUs that processes other than the measurement used while it ran."""
-    if not j0 or not j1 or j1[1] <= j0[1] or wall <= 0:
-        return {}
-    busy_s = (j1[0] - j0[0]) / os.sysconf("SC_CLK_TCK")
-    return {"others_cpu_share": max(0.0, busy_s - own_s) / (wall * (os.cpu_count() or 1)), "own_cpu_s": own_s}
+        return bench_loader.measured_run(cmd, env, ROOT, out, err_log, tag, quiet, RUN_TIMEOUT_S)
 
 
 # -- the measurements ----------------------------------------------------------------------------

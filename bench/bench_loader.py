@@ -478,6 +478,47 @@ class _Runner:
         return res
 
 
+
+def measured_run(cmd: list[str], env: dict, cwd: str, out: str, err_log: str, tag: str, quiet: dict,
+                 timeout_s: float) -> dict:
+    """Run one side's subprocess ``cmd`` (its stderr into ``err_log``) and return the result it wrote to
+    ``out``, with its wall time and how much of the machine other processes used meanwhile; on failure
+    the exit status and the tail of its stderr."""
+    jiffies0, kids0, start = cpu_jiffies(), _children_cpu(), time.perf_counter()
+    try:
+        if os.path.exists(out):
+            os.remove(out)
+        with open(err_log, "w") as err:
+            code: Any = subprocess.run(cmd, env=env, cwd=cwd, stderr=err, check=False, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        code = f"timed out after {timeout_s} s"
+    wall = time.perf_counter() - start
+    contention = dict(quiet, **_others_share(jiffies0, cpu_jiffies(), _children_cpu() - kids0, wall))
+    if code != 0 or not os.path.exists(out):
+        with open(err_log) as f:
+            tail = f.read()[-3000:]
+        log(f"!! {tag} failed ({code}); stderr tail:\n{tail}")
+        return {"error": f"exit status {code}", "stderr_tail": tail, "wall_s": wall, "contention": contention}
+    with open(out) as f:
+        res = json.load(f)
+    res.update(wall_s=wall, contention=contention)
+    return res
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _others_share(j0, j1, own_s: float, wall: float) -> dict:
+    """The share of all CPUs that processes other than the measurement used while it ran."""
+    if not j0 or not j1 or j1[1] <= j0[1] or wall <= 0:
+        return {}
+    busy_s = (j1[0] - j0[0]) / os.sysconf("SC_CLK_TCK")
+    return {"others_cpu_share": max(0.0, busy_s - own_s) / (wall * (os.cpu_count() or 1)), "own_cpu_s": own_s}
+
 def positions(n: int) -> list[dict]:
     out = []
     for frac in POSITIONS:
