@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional
 
+from bench_files_report import _n, _table, _x  # the table helpers both data-file and pipeline reports use
+
 TARGET_HF = 2.0
 TARGET_GRAIN = 1.0
 LIBRARIES = {"shardstream": "shardstream", "hf": "HF datasets", "grain": "Grain", "baseline": "Baseline"}
@@ -59,19 +61,6 @@ def best_median(R: dict, library: str) -> Optional[float]:
             if LABELS[case][0] == library and case in SAME_INPUT]
     vals = [v for v in vals if v]
     return max(vals) if vals else None
-
-
-def _n(x: Optional[float], digits: int = 0) -> str:
-    return "n/a" if x is None else f"{x:,.{digits}f}"
-
-
-def _x(a: Optional[float], b: Optional[float]) -> str:
-    return "n/a" if not a or not b else f"{a / b:.2f}x"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return out + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def _check(runs: list[dict]) -> str:
