@@ -464,19 +464,12 @@ class _Runner:
             contention["others_cpu_share"] = max(0.0, busy_s - own) / (wall * cpus)
             contention["own_cpu_s"] = own
             contention["machine_busy_s"] = busy_s
-        if code != 0 or not os.path.exists(out):
-            with open(err_log) as f:
-                tail = f.read()[-3000:]
-            log(f"!! {tag} failed ({code}); stderr tail:\n{tail}")
-            return {"error": f"exit status {code}", "stderr_tail": tail, "wall_s": wall, "contention": contention}
-        with open(out) as f:
-            res = json.load(f)
-        res["wall_s"] = wall
-        res["contention"] = contention
+        res = run_result(code, out, err_log, tag, wall, contention)
+        if "error" in res:
+            return res
         if "others_cpu_share" in contention:
             log(f"   {tag}: {wall:.1f}s, other processes used {contention['others_cpu_share']:.0%} of the CPUs")
         return res
-
 
 
 def measured_run(cmd: list[str], env: dict, cwd: str, out: str, err_log: str, tag: str, quiet: dict,
@@ -494,6 +487,12 @@ def measured_run(cmd: list[str], env: dict, cwd: str, out: str, err_log: str, ta
         code = f"timed out after {timeout_s} s"
     wall = time.perf_counter() - start
     contention = dict(quiet, **_others_share(jiffies0, cpu_jiffies(), _children_cpu() - kids0, wall))
+    return run_result(code, out, err_log, tag, wall, contention)
+
+
+def run_result(code: Any, out: str, err_log: str, tag: str, wall: float, contention: dict) -> dict:
+    """What a side's subprocess wrote to ``out`` with its wall time and contention, or its failure (the exit
+    status and the tail of its stderr)."""
     if code != 0 or not os.path.exists(out):
         with open(err_log) as f:
             tail = f.read()[-3000:]
