@@ -134,7 +134,7 @@ def run_pipeline(data_root: str, peer_python: str | None, docs: int = DEFAULT_DO
                                                                            or have_loader())]
     R: dict = {"date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
                "machine": machine(), "git": common.git_rev(), "project_venv": project_versions(),
-               "loadavg_before": _loadavg(), "data": data,
+               "loadavg_before": bench_loader._loadavg(), "data": data,
                "config": {"docs": docs, "files": n_files, "repeats": repeats, "resume_repeats": resume_repeats,
                           "cases": wanted, "cpus": cpus, "positions": list(POSITIONS),
                           "peer_python": peer_python if have_peer else None, "wait_s": wait_s},
@@ -156,7 +156,7 @@ def run_pipeline(data_root: str, peer_python: str | None, docs: int = DEFAULT_DO
                 cfg = dict(base, **extra, task="resume", files=_files(data, extra["format"]), positions=ks,
                            repeats=resume_repeats)
                 R["resume"][case] = run.run(library, f"{case}-resume", cfg)
-    R["loadavg_after"] = _loadavg()
+    R["loadavg_after"] = bench_loader._loadavg()
     if profile and any(t["met"] is False for t in target_rows(R)):
         add_profile(R, run)
     R["total_s"] = time.perf_counter() - total_start
@@ -252,13 +252,6 @@ def machine() -> dict:
     except (OSError, subprocess.CalledProcessError):
         pass
     return info
-
-
-def _loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..errors import InvalidArgumentError
 from ..process.run import setup
 from .tensors import converter
+from .torch import keep
 
 
 class Stamp:
@@ -46,10 +47,6 @@ class ChainBatches(IterableDataset):
             yield Stamp(item, reader, run.state())
 
 
-def _keep(stamp):
-    return stamp
-
-
 class PipelineDataLoader(DataLoader):
     """A DataLoader over a processing chain ``chain``; ``batch_size`` rows per batch (None: the chain's
     items are already batches, e.g. after ``.batch(n)``). Batches come as torch tensors (numbers and
@@ -71,7 +68,7 @@ class PipelineDataLoader(DataLoader):
         self._setup = None
         self._states: dict = {}
         self._finished = False
-        super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=_keep, **kwargs)
+        super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
 
     def __iter__(self) -> Iterator[Any]:
         chain = self.chain

@@ -289,7 +289,6 @@ class MapSpec:
         if not callable(function):
             raise InvalidArgumentError(f"{op}(function={function!r}): the function must be callable")
         if batched and (batch_size is None or batch_size <= 0):
-            batch_size = None  # HF: the whole dataset; here: refused, a stream has no end to wait for
             raise InvalidArgumentError(f"{op}(batched=True) needs batch_size >= 1 on a stream (got {batch_size!r})")
         if isinstance(input_columns, str):
             input_columns = [input_columns]

@@ -67,9 +67,10 @@ class PassSetup:
         return {"frontier": self.grid.first(reader), "stages": [{} for _ in range(nstages)], "pending": []}
 
     def full_state(self, readers: dict, fingerprint: str, turn: int = 0, rank: int = 0) -> dict:
-        return {"turns": {str(rank): int(turn)}, "version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fingerprint, "epoch": self.epoch,
+        return {"version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fingerprint, "epoch": self.epoch,
                 "source": self.source, "grid": self.grid.describe() | {"generation": self.generation},
-                "readers": {str(j): s for j, s in sorted(readers.items())}, "ranks": self.ranks}
+                "readers": {str(j): s for j, s in sorted(readers.items())}, "ranks": self.ranks,
+                "turns": {str(rank): int(turn)}}
 
 
 def reader_of(world: World) -> tuple[int, int, int]:

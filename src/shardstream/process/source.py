@@ -107,7 +107,6 @@ class SourceStage(Stage):
         self.root, self.plan, self.epoch, self.grid = root, plan, epoch, grid
         self.frontier = grid.first(ctx.reader)
         self._it: Optional[Iterator[Any]] = None
-        self._reader: Optional[PassReader] = None
         self._span = None  # (first position, sample ids) of the last range looked up for recreate
 
     def _open(self) -> Iterator[tuple[int, Any]]:
@@ -117,7 +116,6 @@ class SourceStage(Stage):
         current = _GridPass(_GridPlan(self.plan, chunks, seen))
         reader = PassReader(root.table, current, None, predownload=root.predownload, threads=root.download_threads,
                             limit=root.cache_limit, shuffle=bool(root.options.shuffle))
-        self._reader = reader
         samples = reader.samples()
         pos: list = []
         i = 0
