@@ -25,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import bench_convert
 import bench_files
 import bench_loader
 import bench_mix
@@ -189,7 +190,7 @@ def summarize_targets(R: dict) -> list[dict]:
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
             + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
-            + bench_pipeline.target_rows(R.get("pipeline")))
+            + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -394,6 +395,9 @@ def render(R: dict) -> str:
     if R.get("pipeline"):
         L += [bench_pipeline.markdown(R["pipeline"]).replace("## Text LM", f"## {n}. Text LM", 1), ""]
         n += 1
+    if R.get("convert"):
+        L += [bench_convert.markdown(R["convert"]).replace("## Converting", f"## {n}. Converting", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -465,9 +469,13 @@ def main() -> None:
     ap.add_argument("--pipeline-repeats", type=int, default=3, help="epochs (fresh processes) per pipeline case")
     ap.add_argument("--pipeline-resume-repeats", type=int, default=3,
                     help="resumptions per position in the pipeline section (0 skips them)")
-    ap.add_argument("--only", choices=["pipeline"], help="run only this section, put its results into the raw "
+    ap.add_argument("--convert-rows", type=int, default=bench_convert.DEFAULT_ROWS,
+                    help="Parquet rows of the converting-to-MDS section (bench/bench_convert.py; 8 files; 0 to skip)")
+    ap.add_argument("--convert-repeats", type=int, default=1, help="runs (fresh processes) per conversion case")
+    ap.add_argument("--only", choices=sorted(ONLY), help="run only this section, put its results into the raw "
                     "results of the last full run (--json) and re-render --out from them; with --from-json, take "
-                    "the section's results from that file (bench/bench_pipeline.py --json) instead of measuring")
+                    "the section's results from that file (bench/bench_pipeline.py or bench/bench_convert.py "
+                    "--json) instead of measuring")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.only:
@@ -549,6 +557,8 @@ def main() -> None:
             log(f"!! Parquet / JSONL section: failed or wrong: {', '.join(wrong)}")
     if args.pipeline_docs:
         R["pipeline"] = _run_pipeline(args)
+    if args.convert_rows:
+        R["convert"] = _run_convert(args)
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start
@@ -574,8 +584,22 @@ def _run_pipeline(args) -> dict:
     return R
 
 
+def _run_convert(args) -> dict:
+    R = bench_convert.run_convert(bench_convert.DATA, args.peer_python, args.convert_rows,
+                                  repeats=args.convert_repeats)
+    wrong = bench_convert.failed(R)
+    if wrong:
+        log(f"!! converting-to-MDS section: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
+# --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
+ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
+        "convert": ("convert", _run_convert, bench_convert.markdown)}
+
+
 def run_only(args) -> None:
-    """``--only pipeline``: that section alone, merged into the raw results of the last full run (the other
+    """``--only pipeline`` / ``--only convert``: that section alone, merged into the raw results of the last full run (the other
     sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
     results, --out gets the section alone."""
     out_json = args.json or os.path.splitext(args.out)[0] + ".json"
@@ -583,15 +607,15 @@ def run_only(args) -> None:
         with open(args.from_json) as f:
             section = json.load(f)
     else:
-        section = _run_pipeline(args)
+        section = ONLY[args.only][1](args)
     if not os.path.exists(out_json):
         with open(args.out, "w") as f:
-            f.write(bench_pipeline.markdown(section))
+            f.write(ONLY[args.only][2](section))
         log(f"no earlier raw results at {out_json}: wrote the section alone to {args.out}")
         return
     with open(out_json) as f:
         R = json.load(f)
-    R["pipeline"] = section
+    R[ONLY[args.only][0]] = section
     R["summary"] = summarize_targets(R)
     with open(args.out, "w") as f:
         f.write(render(R))

@@ -25,6 +25,8 @@ NO_RUN = {
     ("README.md", "ds = StreamingDataset("),                           # s3://my-bucket/train
     ("README.md", "from shardstream import Stream, StreamingDataset"),  # a stream in s3://my-bucket/code
     ("docs/storage.md", "from shardstream import StreamingDataset"),   # s3://my-bucket with a profile
+    ("docs/ray.md", "import ray"),                                     # a Ray cluster writing to s3://my-bucket
+    ("docs/spark.md", 'result = write_mds(df, "s3://my-bucket/datasets/train", compression="zstd",'),  # s3://
 }
 
 # Runs each block in one namespace; on a failure, names the block (its first line in the document).
@@ -63,7 +65,8 @@ def test_only_listed_blocks_are_not_run():
 @pytest.mark.parametrize("doc", [doc for doc in DOCS if any(runs for _, _, runs in blocks(doc))])
 def test_document_examples_run(doc, tmp_path):
     code = [(line, text) for line, text, runs in blocks(doc) if runs]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    # Ray's sockets live under its temp dir, whose path must stay short (AF_UNIX: 107 bytes)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "RAY_TMPDIR": "/tmp"}
     proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps([doc, code]), capture_output=True,
                           text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

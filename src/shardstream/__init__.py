@@ -39,6 +39,8 @@ from .writing.merge import merge_index
 from .writing.mdswriter import MDSWriter
 from .errors import SplitNotFoundError
 from .errors import CacheMismatchError, ConfigError
+from .errors import ConvertMismatchError, ConvertVerifyError
+from .convert.run import ConvertResult, convert
 from .pipeline import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, Pipeline, PipelineConfig,
                        SaveStageConfig, TokenizeStageConfig)
 from .process.cache import cache_to_mds, read_cache_summary
@@ -83,6 +85,7 @@ __all__ += [
     "Pipeline", "PipelineConfig", "DatasetConfig", "TokenizeStageConfig", "MixStageConfig", "PackStageConfig",
     "LoadStageConfig", "SaveStageConfig", "ConfigError", "CacheMismatchError", "cache_to_mds", "read_cache_summary",
 ]
+__all__ += ["convert", "ConvertResult", "ConvertMismatchError", "ConvertVerifyError"]
 
 
 def __getattr__(name: str):

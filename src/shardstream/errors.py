@@ -164,6 +164,16 @@ class CacheMismatchError(OutputExistsError):
     fingerprint differs); the message says to pass ``overwrite=True`` or choose another output."""
 
 
+class ConvertMismatchError(OutputExistsError):
+    """A conversion's output was made with other settings, or from inputs that have since changed or gone;
+    the message names what differs and says to rerun with the same settings or pass ``overwrite=True``."""
+
+
+class ConvertVerifyError(CorruptShardError):
+    """A converted dataset does not match its inputs (another row count, or a row whose values differ); the
+    message names the row and the column."""
+
+
 class InvalidRowError(ShardstreamError, ValueError):
     """A row (or batch) given to a transform lacks the column it reads, or holds a value of the wrong type or
     shape there; the message names the column, what it found and the row's columns."""

@@ -1,4 +1,4 @@
-"""``shardstream`` command line: ``inspect`` and ``verify`` a dataset, local or remote; ``pipeline run`` and
+"""``shardstream`` command line: ``convert`` data to MDS; ``inspect`` and ``verify`` a dataset, local or remote; ``pipeline run`` and
 ``pipeline validate`` a pipeline's YAML configuration."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 import time
 
 import shardstream
+from shardstream.cli.convert import add_convert_command
 from shardstream.cli.pipeline import add_pipeline_commands
 from shardstream.units import format_bytes
 
@@ -46,7 +47,7 @@ EXIT_CODES = """exit status:
      their values cannot be detected (write with hashes=['xxh3_64'], MDSWriter's default)"""
 
 
-def _storage_options(pairs: list[str]) -> dict:
+def storage_options_of(pairs: list[str]) -> dict:
     """``key=value`` strings -> storage_options; values are parsed as JSON when they are (``anon=true``)."""
     options = {}
     for pair in pairs:
@@ -64,7 +65,7 @@ def _storage_options(pairs: list[str]) -> dict:
 
 
 def _inspect(args) -> int:
-    info = shardstream.inspect_dataset(args.path, storage_options=_storage_options(args.storage_option))
+    info = shardstream.inspect_dataset(args.path, storage_options=storage_options_of(args.storage_option))
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -83,7 +84,7 @@ def _inspect(args) -> int:
 def _verify(args) -> int:
     progress = _Progress("verify", args.progress)
     report = shardstream.verify_dataset(args.path, decode_samples=not args.quick, progress=progress,
-                                        storage_options=_storage_options(args.storage_option), cache=args.cache)
+                                        storage_options=storage_options_of(args.storage_option), cache=args.cache)
     for p in report.problems:
         print(f"DAMAGED shard {p.shard} ({p.basename}): {p.error}")
     summary = (f"{report.shards} shards, {report.samples} samples, {format_bytes(report.bytes)}, "
@@ -112,8 +113,8 @@ def _add_location(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="shardstream", description="Inspect and verify MDS datasets; run "
-                                                                     "pipelines.",
+    parser = argparse.ArgumentParser(prog="shardstream", description="Convert data to MDS; inspect and verify MDS "
+                                                                     "datasets; run pipelines.",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardstream {shardstream.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +130,7 @@ def main(argv=None) -> int:
                                                   "(default: a temporary directory, removed afterwards)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
     p.set_defaults(func=_verify)
+    add_convert_command(sub)
     add_pipeline_commands(sub)
     args = parser.parse_args(argv)
     try:

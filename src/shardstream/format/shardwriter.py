@@ -172,6 +172,36 @@ class ShardWriter:
         self._sizes.append(len(data))
         self._shard_bytes += need
 
+    def write_encoded(self, body, sizes: np.ndarray) -> None:
+        """Add samples already encoded (as :meth:`encode_sample` would): ``body`` holds them back to back,
+        ``sizes`` their lengths. Shards are cut exactly where writing them one by one would cut them."""
+        if self._closed:
+            raise WriterError("this writer is finished; create a new MDSWriter to write more")
+        sizes = np.asarray(sizes, dtype=np.int64)
+        big = np.flatnonzero(sizes + 4 + self._extra_per_shard > MAX_SHARD_BYTES)
+        if big.size:
+            raise EncodeError(f"a sample of {int(sizes[big[0]])} bytes cannot fit in one shard (offsets are uint32, "
+                              "max 4 GiB); split it across samples")
+        limit = min(self.size_limit or MAX_SHARD_BYTES, MAX_SHARD_BYTES)
+        need = np.cumsum(sizes + 4)  # bytes the samples up to each one add to a shard
+        i, pos, n = 0, 0, len(sizes)
+        view = memoryview(body)
+        while i < n:
+            before = int(need[i - 1]) if i else 0
+            j = int(np.searchsorted(need, limit - self._shard_bytes + before, side="right"))
+            if j <= i:
+                if self._sizes:
+                    self.flush_shard()
+                    continue
+                j = i + 1  # a sample larger than size_limit gets a shard of its own
+            end = pos + int(need[j - 1] - before) - 4 * (j - i)
+            self._buf += view[pos:end]
+            self._sizes.extend(sizes[i:j].tolist())
+            self._shard_bytes += int(need[j - 1]) - before
+            i, pos = j, end
+            if i < n:
+                self.flush_shard()
+
     def flush_shard(self) -> None:
         """Complete the current shard (no-op when it holds no samples)."""
         self._check_jobs()
