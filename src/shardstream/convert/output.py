@@ -20,18 +20,12 @@ import shutil
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from ..errors import DownloadError, OutputExistsError, ShardstreamError
+from ..errors import DownloadError, ShardstreamError
 from ..format.atomic import atomic_write
-from ..format.index import INDEX_BASENAME
-from ..format.outdir import clear_local
 from ..storage.fs import filesystem, is_remote, local_path
+from ..writing.parts import clear_output
 
 MANIFEST = "shardstream-convert.json"
-PART_PREFIX = "part-"
-
-
-def part_name(number: int) -> str:
-    return f"{PART_PREFIX}{number:05d}"
 
 
 class Output:
@@ -93,22 +87,9 @@ class Output:
             os.unlink(path)
 
     def clear(self) -> None:
-        """Empty the output for a conversion from scratch: the converter's files, or a dataset's; any other
-        file is refused (named) rather than deleted."""
-        names = self.names()
-        ours = [n for n in names if n in (MANIFEST, INDEX_BASENAME) or n.startswith(PART_PREFIX)]
-        if not self.remote:
-            for name in ours:
-                self.remove(name)
-            if os.path.isdir(self.url):
-                clear_local(self.url, True)
-            return
-        others = [n for n in names if n not in ours and not n.startswith("shard.")]
-        if others:
-            raise OutputExistsError(f"{self.url} holds {others[0]!r}, which is not a dataset's file; remove it, or "
-                                    "write to another output")
-        for name in names:
-            self.remove(name)
+        """Empty the output for a conversion from scratch: the manifest, then the dataset and its parts
+        (:func:`~shardstream.writing.parts.clear_output`); any other file is refused (named), nothing deleted."""
+        clear_output(self.url, True, self.storage_options, also=(MANIFEST,))
 
 
 @contextmanager

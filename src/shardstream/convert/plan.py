@@ -21,7 +21,7 @@ from typing import Any, Optional
 from ..errors import ConvertMismatchError
 from ..format.arrowrows import pyarrow
 from .inputs import InputFile, Inputs
-from .output import part_name
+from ..writing.parts import part_name
 
 MANIFEST_VERSION = 1
 GROUP_BYTES = 32 << 20

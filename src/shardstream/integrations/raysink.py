@@ -24,7 +24,7 @@ from ..format.index import INDEX_BASENAME
 from ..format.shardwriter import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT
 from ..storage.fs import join
 from ..writing.merge import merge_index
-from .rayout import clear_output
+from ..writing.parts import clear_output, part_name
 from .raytensors import plain_schema, plain_table
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class MDSDatasink(Datasink):
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
         """One write task: its blocks, in order, into ``out/part-<task index>``."""
-        part = f"part-{ctx.task_idx:05d}"
+        part = part_name(ctx.task_idx)
         rows = 0
         with contextlib.ExitStack() as stack:
             writer = None

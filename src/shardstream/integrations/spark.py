@@ -29,8 +29,8 @@ from ..convert.schema import arrow_columns
 from ..errors import InvalidArgumentError, ShardstreamError
 from ..format.shardwriter import DEFAULT_HASHES, DEFAULT_SIZE_LIMIT
 from ..writing.merge import merge_index
+from ..writing.parts import clear_output
 from .sparkenv import ensure_java, pyspark
-from .sparkout import prepare_out
 from .sparktask import SUMMARY_SCHEMA, partition_writer
 
 __all__ = ["SparkPart", "SparkWriteResult", "dataframe_to_mds", "ensure_java", "spark_columns", "write_mds"]
@@ -116,7 +116,7 @@ def write_parts(df, out: str, task: Callable, *, storage_options: Optional[dict]
                 overwrite: bool = False, merge: bool = True) -> SparkWriteResult:
     """Run ``task`` (a :mod:`.sparktask` writer) over the partitions of ``df``, then merge the parts."""
     _refuse_speculation(df)
-    prepare_out(out, overwrite, storage_options)
+    clear_output(out, overwrite, storage_options)
     try:
         rows = df.mapInArrow(task, SUMMARY_SCHEMA).collect()
     except ShardstreamError:

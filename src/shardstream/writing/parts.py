@@ -1,5 +1,6 @@
-"""The output directory of a write in parts (``out/part-NNNNN/`` and one merged ``out/index.json``):
-refusing a non-empty one, and replacing what such a write (or any MDS dataset) left there.
+"""The output of a write in parts (``out/part-NNNNN/`` and one merged ``out/index.json``), as
+``shardstream convert``, the Spark writer and the Ray datasink make it: the parts' names, refusing a
+non-empty output, and replacing what such a write (or any MDS dataset) left there.
 
 Files that belong to it: ``index.json``, what :mod:`~shardstream.format.outdir` counts as an MDS
 dataset's (the shards the index lists, an interrupted writer's shards and temp files), and inside
@@ -20,8 +21,14 @@ from ..format.index import INDEX_BASENAME
 from ..format.outdir import SHARD_NAME, split_dataset_files
 from ..storage.fs import filesystem, is_remote, local_path
 
+PART_PREFIX = "part-"
 PART_DIR = re.compile(r"part-\d{5}")
 _SHOWN = 10
+
+
+def part_name(number: int) -> str:
+    """The subdirectory part ``number`` is written into: ``part-00042``."""
+    return f"{PART_PREFIX}{number:05d}"
 
 
 def is_part_file(name: str) -> bool:
@@ -34,6 +41,8 @@ def list_output(out: str, storage_options: Optional[dict]) -> tuple[list[str], O
     """Every file below ``out`` (relative, ``/``-separated) and the bytes of its ``index.json``, if any."""
     if not is_remote(out):
         root = local_path(out)
+        if os.path.isfile(root):
+            raise OutputExistsError(f"output {out!r} is a file; name a directory (it is created if missing)")
         names = []
         for dirpath, _, filenames in os.walk(root):
             rel = os.path.relpath(dirpath, root)
@@ -54,9 +63,11 @@ def list_output(out: str, storage_options: Optional[dict]) -> tuple[list[str], O
     return names, text
 
 
-def clear_output(out: str, overwrite: bool, storage_options: Optional[dict] = None) -> None:
+def clear_output(out: str, overwrite: bool, storage_options: Optional[dict] = None,
+                 also: tuple[str, ...] = ()) -> None:
     """Make ``out`` ready for a write in parts: refuse it if it holds files (unless ``overwrite``), or
-    files that are not a dataset's (even with it); else delete the dataset there, its index first."""
+    files that are not a dataset's (even with it; ``also`` names more top-level files that belong to the
+    writer); else delete the dataset there, its index first."""
     names, index_text = list_output(out, storage_options)
     if not names:
         return
@@ -64,8 +75,8 @@ def clear_output(out: str, overwrite: bool, storage_options: Optional[dict] = No
         raise OutputExistsError(f"output {out!r} is not empty ({len(names)} file(s)); pass overwrite=True to "
                                 "replace the MDS dataset there, or choose an empty directory")
     ours, others = split_dataset_files(names, index_text)
-    ours += [n for n in others if is_part_file(n)]
-    others = [n for n in others if not is_part_file(n)]
+    ours += [n for n in others if is_part_file(n) or n in also]
+    others = [n for n in others if not (is_part_file(n) or n in also)]
     if others:
         shown = ", ".join(repr(n) for n in others[:_SHOWN])
         more = f" and {len(others) - _SHOWN} more" if len(others) > _SHOWN else ""
@@ -86,6 +97,12 @@ def remove(out: str, names: list[str], storage_options: Optional[dict]) -> None:
                 os.unlink(os.path.join(root, *name.split("/")))
             except FileNotFoundError:
                 pass
+        for entry in os.listdir(root):  # the parts' directories, now empty
+            if PART_DIR.fullmatch(entry) and os.path.isdir(os.path.join(root, entry)):
+                try:
+                    os.rmdir(os.path.join(root, entry))
+                except OSError:
+                    pass
         return
     fs, root = filesystem(out, storage_options)
     root = root.rstrip("/")
