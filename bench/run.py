@@ -32,6 +32,7 @@ import bench_mix
 import bench_pipeline
 import bench_plan
 import bench_remote
+import bench_textshards
 import common
 from common import get, log
 
@@ -190,7 +191,8 @@ def summarize_targets(R: dict) -> list[dict]:
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
             + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
-            + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert")))
+            + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert"))
+            + bench_textshards.target_rows(R.get("textshards")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -398,6 +400,9 @@ def render(R: dict) -> str:
     if R.get("convert"):
         L += [bench_convert.markdown(R["convert"]).replace("## Converting", f"## {n}. Converting", 1), ""]
         n += 1
+    if R.get("textshards"):
+        L += [bench_textshards.markdown(R["textshards"]).replace("## JSON, CSV", f"## {n}. JSON, CSV", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -472,10 +477,12 @@ def main() -> None:
     ap.add_argument("--convert-rows", type=int, default=bench_convert.DEFAULT_ROWS,
                     help="Parquet rows of the converting-to-MDS section (bench/bench_convert.py; 8 files; 0 to skip)")
     ap.add_argument("--convert-repeats", type=int, default=1, help="runs (fresh processes) per conversion case")
+    ap.add_argument("--textshards-samples", type=int, default=bench_textshards.DEFAULT_SAMPLES,
+                    help="samples of the JSON / CSV shards section (bench/bench_textshards.py; 0 to skip)")
     ap.add_argument("--only", choices=sorted(ONLY), help="run only this section, put its results into the raw "
                     "results of the last full run (--json) and re-render --out from them; with --from-json, take "
-                    "the section's results from that file (bench/bench_pipeline.py or bench/bench_convert.py "
-                    "--json) instead of measuring")
+                    "the section's results from that file (bench/bench_pipeline.py, bench/bench_convert.py or "
+                    "bench/bench_textshards.py --json) instead of measuring")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.only:
@@ -559,6 +566,8 @@ def main() -> None:
         R["pipeline"] = _run_pipeline(args)
     if args.convert_rows:
         R["convert"] = _run_convert(args)
+    if args.textshards_samples:
+        R["textshards"] = _run_textshards(args)
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start
@@ -593,13 +602,22 @@ def _run_convert(args) -> dict:
     return R
 
 
+def _run_textshards(args) -> dict:
+    R = bench_textshards.run_textshards(bench_textshards.DATA, args.peer_python, args.textshards_samples)
+    wrong = bench_textshards.failed(R)
+    if wrong:
+        log(f"!! JSON / CSV shards section: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
 ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
-        "convert": ("convert", _run_convert, bench_convert.markdown)}
+        "convert": ("convert", _run_convert, bench_convert.markdown),
+        "textshards": ("textshards", _run_textshards, bench_textshards.markdown)}
 
 
 def run_only(args) -> None:
-    """``--only pipeline`` / ``--only convert``: that section alone, merged into the raw results of the last full run (the other
+    """``--only pipeline`` / ``convert`` / ``textshards``: that section alone, merged into the raw results of the last full run (the other
     sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
     results, --out gets the section alone."""
     out_json = args.json or os.path.splitext(args.out)[0] + ".json"

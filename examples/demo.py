@@ -45,7 +45,7 @@ def generate(n: int, seed: int = 0):
 def write(out: str, n: int) -> float:
     columns = {"tokens": "ndarray:int32", "text": "str", "label": "int"}
     start = time.perf_counter()
-    with MDSWriter(out=out, columns=columns, compression="zstd", hashes=["xxh64"], size_limit="8mb",
+    with MDSWriter(out=out, columns=columns, compression="zstd", hashes=["xxh64"], size_limit="2mb",
                    exist_ok=True) as writer:
         for sample in generate(n):
             writer.write(sample)
@@ -187,7 +187,9 @@ def stream_from_s3(src: str, workdir: str) -> None:
             timed_pass(ds, label)
         print(f"  ({info['stored_bytes'] / 1e6:.1f} MB stored on S3; the cache keeps shards decompressed, "
               f"{info['raw_bytes'] / 1e6:.1f} MB)")
-        limit = max(info["raw_bytes"] // 2, 3 * info["size_limit"])  # room for the shard in use and the next
+        # at least four times the largest shard (raw plus compressed), as mosaicml-streaming also requires
+        largest = max(s.raw_data.bytes + (s.zip_data.bytes if s.zip_data else 0) for s in ds.shards)
+        limit = max(info["raw_bytes"] // 2, 4 * largest)
         timed_pass(open_remote("cache-capped", limit), f"cache capped at {limit / 1e6:.1f} MB")
         print("  the capped cache evicts the least recently used shards to stay under its limit: each pass in "
               "this order finds the shards it needs evicted and downloads them again")

@@ -61,6 +61,9 @@ from .process.asyncloader import AsyncDataLoader
 from .process.dataset import IterableDataset
 from .process.interleave import interleave_datasets
 from .text import ChatTemplateTransform, Pack, Tokenize
+from .loader.local import LocalDataset
+from .loader.registry import streams_registry
+from .format.customencodings import register_encoding
 
 __version__ = "0.1.0"
 
@@ -86,6 +89,7 @@ __all__ += [
     "LoadStageConfig", "SaveStageConfig", "ConfigError", "CacheMismatchError", "cache_to_mds", "read_cache_summary",
 ]
 __all__ += ["convert", "ConvertResult", "ConvertMismatchError", "ConvertVerifyError"]
+__all__ += ["LocalDataset", "streams_registry", "register_encoding"]
 
 
 def __getattr__(name: str):
@@ -103,3 +107,9 @@ def __getattr__(name: str):
             ) from None
         return StreamingDataLoader
     raise AttributeError(f"module 'shardstream' has no attribute {name!r}")
+
+from .errors import ColumnTypeError, DelimiterInValueError, MissingColumnError, TextColumnsError
+from .writing.textwriters import CSVWriter, JSONWriter, TSVWriter, XSVWriter
+
+__all__ += ["JSONWriter", "XSVWriter", "CSVWriter", "TSVWriter", "ColumnTypeError", "DelimiterInValueError",
+            "MissingColumnError", "TextColumnsError"]

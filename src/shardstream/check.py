@@ -17,6 +17,7 @@ from .errors import DownloadError, IndexNotFoundError
 from .format.atomic import remove_quietly
 from .format.index import INDEX_BASENAME, ShardInfo, read_index, shard_path
 from .format.inspect import inspect_dataset as _inspect_local
+from .format.textformat import INDEX_FORMAT
 from .format.verify import VerifyReport, verify_shards
 from .storage.fetch import Fetcher
 from .storage.fs import is_remote, local_path
@@ -62,12 +63,13 @@ def verify_dataset(path: str, decode_samples: bool = True, progress: Optional[Ca
         shards = _fetch_index(fetcher, dirname)
 
         def fetch(info: ShardInfo) -> None:  # always the remote's bytes, also over a copy kept in cache
-            fetcher.fetch(info.stored.basename, shard_path(dirname, info.stored.basename))
+            for f in INDEX_FORMAT.fetched_files(info):  # a text shard's .meta file too
+                fetcher.fetch(f.basename, shard_path(dirname, f.basename))
 
         def release(info: ShardInfo) -> None:
             if not cache:
-                for name in {info.stored.basename, info.raw_data.basename}:
-                    remove_quietly(shard_path(dirname, name))
+                for f in INDEX_FORMAT.owned_files(info):
+                    remove_quietly(shard_path(dirname, f.basename))
 
         return verify_shards(dirname, shards, decode_samples, progress, fetch, release)
     finally:

@@ -7,6 +7,8 @@ Messages say what was received, what was expected, and how to fix it.
 
 from __future__ import annotations
 
+import json
+
 
 class ShardstreamError(Exception):
     """Base class of every error raised by shardstream."""
@@ -30,6 +32,34 @@ class NotADatasetError(IndexNotFoundError, NotADirectoryError):
 
 class CorruptIndexError(ShardstreamError, ValueError):
     """``index.json`` is not valid JSON or does not describe an MDS dataset."""
+
+
+class IndexJSONError(CorruptIndexError, json.JSONDecodeError):
+    """``index.json`` is empty or not JSON. Also a :class:`json.JSONDecodeError` (as mosaicml-streaming
+    raises): ``doc``, ``pos``, ``lineno`` and ``colno`` locate the fault; the message names the file."""
+
+    def __init__(self, message: str, doc: str = "", pos: int = 0) -> None:
+        Exception.__init__(self, message)
+        self.msg, self.doc, self.pos = message, doc, pos
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.doc, self.pos)
+
+
+class LocalIndexMissingError(IndexNotFoundError, RuntimeError):
+    """A dataset with no remote whose local directory has no index file. Also a ``RuntimeError``, as
+    mosaicml-streaming raises in this case."""
+
+
+class EmptyStreamError(ShardstreamError, RuntimeError):
+    """A dataset (or a stream of a mixture) whose index lists no samples; the message names the index."""
+
+
+class TemporaryDirectoryExistsError(ShardstreamError, FileExistsError):
+    """``Stream()`` with neither ``remote`` nor ``local`` would make a temporary local directory that exists
+    already; the message names it and the fix."""
 
 
 class UnsupportedFormatError(ShardstreamError, ValueError):
@@ -56,8 +86,9 @@ class UnsafeEncodingError(ShardstreamError, ValueError):
     """A column uses an encoding that can execute code on read (``pkl``)."""
 
 
-class EncodeError(ShardstreamError, TypeError):
-    """A value given to the writer does not fit its column's encoding."""
+class EncodeError(ShardstreamError, TypeError, AttributeError):
+    """A value given to the writer does not fit its column's encoding (mosaicml-streaming's encoders
+    raise AttributeError there, so this is one too)."""
 
 
 class SampleIndexError(ShardstreamError, IndexError):
@@ -120,8 +151,9 @@ class CacheDirectoryError(ShardstreamError, FileExistsError):
     or another remote's cache); the message names both and the fix."""
 
 
-class UnknownKeywordError(ShardstreamError, TypeError):
-    """A keyword argument that the function does not take; the message names the closest one it does."""
+class UnknownKeywordError(ShardstreamError, TypeError, ValueError):
+    """A keyword argument that the function does not take; the message names the closest one it does.
+    A ``TypeError`` as Python raises, and a ``ValueError`` as mosaicml-streaming's writers raise."""
 
 
 class NoFilesError(IndexNotFoundError):
@@ -196,3 +228,26 @@ class TransformError(ShardstreamError, RuntimeError):
 class DocumentTooLongError(ShardstreamError, ValueError):
     """A document is longer than a pack's ``seq_len`` and packing keeps documents whole; the message names
     its length and the fixes (``truncate=True``, ``keep_remainder=True`` or a larger ``seq_len``)."""
+
+
+class ColumnTypeError(EncodeError, AttributeError):
+    """A value of a JSON, CSV, TSV or XSV shard's column is not of the column's type (``str``, ``int``,
+    ``float``); an ``AttributeError`` too, as mosaicml-streaming raises there."""
+
+
+class DelimiterInValueError(EncodeError, AssertionError):
+    """A CSV, TSV or XSV value holds the separator or the newline, which would split its row; an
+    ``AssertionError`` too, as mosaicml-streaming raises there."""
+
+
+class MissingColumnError(EncodeError, KeyError):
+    """A sample given to a JSON, CSV, TSV or XSV writer lacks one of its columns (a ``KeyError`` too)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class TextColumnsError(InvalidArgumentError, AssertionError):
+    """``columns=`` of a JSON, CSV, TSV or XSV writer names an encoding those shards cannot hold, or a
+    column name that holds the separator or the newline; an ``AssertionError`` too, as
+    mosaicml-streaming raises there."""

@@ -10,11 +10,14 @@ from typing import Callable
 from .errors import UnknownKeywordError
 
 
-def checked_keywords(*others: Callable) -> Callable:
+def checked_keywords(*others: Callable, kind: str = "") -> Callable:
     """Decorate a function (an ``__init__``) so that a keyword it does not take raises
-    :class:`~shardstream.errors.UnknownKeywordError` naming the closest one it does take.
+    :class:`~shardstream.errors.UnknownKeywordError` (a ``TypeError`` and a ``ValueError``) naming
+    the closest one it does take.
 
     ``others``: functions that its ``**kwargs`` are passed on to, whose keywords are valid too.
+    ``kind``: opens the message with ``Invalid <kind> argument(s): [...]``, mosaicml-streaming's
+    words for the same mistake (its writers say ``kind="Writer"``).
     """
 
     def decorate(func: Callable) -> Callable:
@@ -23,8 +26,9 @@ def checked_keywords(*others: Callable) -> Callable:
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            if not valid.issuperset(kwargs):
-                _refuse(owner, sorted(set(kwargs) - valid), valid)
+            if not valid.issuperset(kwargs):  # an __init__ names the class being built (a subclass too)
+                name = type(args[0]).__name__ if args and func.__name__ == "__init__" else owner
+                _refuse(name, sorted(set(kwargs) - valid), valid, kind)
             return func(*args, **kwargs)
 
         return wrapper
@@ -37,9 +41,10 @@ def _keywords(func: Callable) -> set[str]:
     return {name for name, p in inspect.signature(func).parameters.items() if p.kind in kinds and name != "self"}
 
 
-def _refuse(owner: str, unknown: list[str], valid: frozenset) -> None:
+def _refuse(owner: str, unknown: list[str], valid: frozenset, kind: str = "") -> None:
     name = unknown[0]
     close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"the keywords it takes are: {', '.join(sorted(valid))}"
     more = f" (and {unknown[1:]})" if len(unknown) > 1 else ""
-    raise UnknownKeywordError(f"{owner}() got an unexpected keyword argument {name!r}{more}; {hint}")
+    opening = f"Invalid {kind} argument(s): {unknown}; " if kind else ""
+    raise UnknownKeywordError(f"{opening}{owner}() got an unexpected keyword argument {name!r}{more}; {hint}")

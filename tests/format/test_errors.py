@@ -108,10 +108,10 @@ def test_unsupported_shard_version_and_format(dataset):
     with pytest.raises(UnsupportedFormatError) as info:
         StreamingDataset(local=out)
     assert "shard 1" in str(info.value)
-    edit_index(out, lambda o: o["shards"][1].update(version=2, format="xsv"))
+    edit_index(out, lambda o: o["shards"][1].update(version=2, format="tfrecord"))
     with pytest.raises(UnsupportedFormatError) as info:
         StreamingDataset(local=out)
-    assert "xsv" in str(info.value)
+    assert "tfrecord" in str(info.value)
 
 
 @pytest.mark.parametrize("encoding", ["varchar", "ndarray:bool", "list[str]", "ndarray:int32:0"])

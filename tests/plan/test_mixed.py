@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import BATCHING_METHODS, EPOCH_TAILS, PlanSpec, World
+from shardstream.plan import BATCHING_METHODS, STEP_TAILS, PlanSpec, World
 from shardstream.plan.interleave import StreamInterleave
 from shardstream.plan.mix import SCHEDULE_KINDS, Schedule, Warp, apportion
 from shardstream.plan.mixed import MixedEpoch, MixSpec, Mixture
@@ -260,7 +260,7 @@ def _wrap(ep: MixedEpoch) -> int:
     return ep.end if ep.method == "stratified" else ep.wrap
 
 
-_GRID = list(itertools.product(BATCHING_METHODS, (False, True), EPOCH_TAILS, (1, 2, 3), ("weights", "choose")))
+_GRID = list(itertools.product(BATCHING_METHODS, (False, True), STEP_TAILS, (1, 2, 3), ("weights", "choose")))
 
 
 @pytest.mark.parametrize("method,shuffle,tail,ncn,config", _GRID)
@@ -320,7 +320,7 @@ def test_mixed_epoch_grid(method, shuffle, tail, ncn, config):
 @pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("ncn", [1, 3])
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 def test_mixed_epoch_is_the_same_for_every_world(method, shuffle, ncn, tail):
     ep = _epoch(_mixture(method, shuffle, ncn, tail, "choose"), epoch=1)
     whole = _ids(ep)
@@ -355,7 +355,7 @@ def test_mixed_epochs_are_deterministic_and_differ_between_epochs(method, ncn):
 
 @pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("config", ["weights", "choose"])
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 def test_fixed_sampling_draws_the_same_subset_every_epoch(method, config, tail):
     """Stream 2 is down-sampled (12 of 40, or 25 of 40): fixed sampling reads the same subset in
     every epoch, balanced sampling a new one (the epochs' orders differ in both)."""
@@ -379,7 +379,7 @@ def test_fixed_sampling_draws_the_same_subset_every_epoch(method, config, tail):
 @PROPS
 @given(sizes=st.lists(st.lists(st.integers(1, 20), min_size=1, max_size=4), min_size=1, max_size=4),
        data=st.data(), method=st.sampled_from(BATCHING_METHODS), shuffle=st.booleans(),
-       tail=st.sampled_from(EPOCH_TAILS), g=st.integers(1, 12), epoch=st.integers(0, 3), seed=st.integers(0, 2**40),
+       tail=st.sampled_from(STEP_TAILS), g=st.integers(1, 12), epoch=st.integers(0, 3), seed=st.integers(0, 2**40),
        ncn=st.integers(1, 4))
 def test_mixed_epochs_of_drawn_mixtures(sizes, data, method, shuffle, tail, g, epoch, seed, ncn):
     choose = data.draw(st.lists(st.integers(0, 70), min_size=len(sizes), max_size=len(sizes)).filter(any))
@@ -425,7 +425,7 @@ def test_mixed_epochs_of_drawn_mixtures(sizes, data, method, shuffle, tail, g, e
 
 @pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("kind", SCHEDULE_KINDS)
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 @pytest.mark.parametrize("ncn", [1, 3])
 def test_scheduled_epochs_with_streams_switched_off(method, kind, tail, ncn):
     """Weights with zeros: a stream with no weight over an epoch gets no sample of it."""
@@ -488,7 +488,7 @@ _DRAW_SIZES = [[10, 10, 7], [5, 5], [41]]
 
 
 @pytest.mark.parametrize("method", BATCHING_METHODS)
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_each_stream_supplies_exactly_its_draw_with_one_region(method, tail, shuffle):
     for config in ("weights", "choose"):
@@ -499,7 +499,7 @@ def test_each_stream_supplies_exactly_its_draw_with_one_region(method, tail, shu
 
 @pytest.mark.parametrize("method", BATCHING_METHODS)
 @pytest.mark.parametrize("ncn", [2, 3])
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 def test_each_stream_supplies_exactly_its_draw_with_several_canonical_nodes(method, ncn, tail):
     """Counts [31, 18, 12] and [50, 12, 25] do not split evenly into 2 or 3 regions (31 and 25 are odd,
     31 and 50 not multiples of 3); a stream's draw must still reach the epoch exactly."""
@@ -547,7 +547,7 @@ def test_one_copy_of_each_stream_reads_each_sample_once(ncn):
 
 @pytest.mark.parametrize("shuffle", [False, True])
 @pytest.mark.parametrize("ncn", [1, 2, 3])
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 @pytest.mark.parametrize("config", ["weights", "choose"])
 def test_random_epochs_resume_on_any_global_batch(shuffle, ncn, tail, config):
     m = _mixture("random", shuffle, ncn, tail, config)
@@ -581,7 +581,7 @@ def test_random_epochs_resume_on_any_global_batch(shuffle, ncn, tail, config):
 
 @pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
 @pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 @pytest.mark.parametrize("ncn", [1, 2])
 def test_batch_methods_resume_on_the_same_unit(method, shuffle, tail, ncn):
     m = _mixture(method, shuffle, ncn, tail, "weights")

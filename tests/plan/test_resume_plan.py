@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import InvalidArgumentError
-from shardstream.plan import EPOCH_TAILS, SHUFFLE_ALGOS, Plan, PlanSpec, World
+from shardstream.plan import STEP_TAILS, SHUFFLE_ALGOS, Plan, PlanSpec, World
 
 from .oracle import sample_regions
 
@@ -57,7 +57,7 @@ class Regions:
 
 _specs = st.builds(PlanSpec, shuffle=st.booleans(), algo=st.sampled_from(SHUFFLE_ALGOS), seed=st.integers(0, 2**32),
                    num_canonical_nodes=st.integers(1, 7), block_size=st.integers(1, 40),
-                   tail=st.sampled_from(EPOCH_TAILS))
+                   tail=st.sampled_from(STEP_TAILS))
 
 
 _sizes = st.lists(st.integers(0, 40), min_size=1, max_size=10)
@@ -66,7 +66,7 @@ _sizes = st.lists(st.integers(0, 40), min_size=1, max_size=10)
 # -- same global batch ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("algo", SHUFFLE_ALGOS)
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 def test_resume_on_a_step_boundary_continues_the_same_plan_for_any_world(algo, tail):
     plan = Plan([13, 0, 22, 9, 31], PlanSpec(shuffle=True, algo=algo, seed=4, num_canonical_nodes=2, block_size=7,
                                              tail=tail))
@@ -95,7 +95,7 @@ def test_resume_on_a_step_boundary_continues_the_same_plan_for_any_world(algo, t
 # -- another global batch ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("algo", SHUFFLE_ALGOS)
-@pytest.mark.parametrize("tail", EPOCH_TAILS)
+@pytest.mark.parametrize("tail", STEP_TAILS)
 @pytest.mark.parametrize("g1,g2", [(6, 4), (4, 6), (5, 5), (3, 16), (16, 3), (7, 1)])
 def test_resume_with_another_global_batch_at_every_position(algo, tail, g1, g2):
     plan = Plan([11, 0, 17, 6, 25], PlanSpec(shuffle=True, algo=algo, seed=12, num_canonical_nodes=3, block_size=6,

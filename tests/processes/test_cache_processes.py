@@ -173,7 +173,7 @@ class CacheOverBound(AssertionError):
 
 
 @pytest.mark.xfail(strict=False, raises=CacheOverBound, reason=(
-    "known gap: under heavy thrash (4 shuffled processes, room for 3 shards) the directory's peak sometimes "
+    "known gap: under heavy thrash (4 shuffled processes, room for 4 shards) the directory's peak sometimes "
     "exceeds limit + one shard per process by up to about one more shard; the samples are still all correct"))
 def test_processes_share_a_capped_cache(tmp_path, make_dataset, load_index) -> None:
     """Four processes stream one remote into one cache directory limited to three shards, each
@@ -189,7 +189,7 @@ def test_processes_share_a_capped_cache(tmp_path, make_dataset, load_index) -> N
     assert len(shards) >= 15
     biggest = max(s["raw_data"]["bytes"] + s["zip_data"]["bytes"] for s in shards)
     index_bytes = os.path.getsize(os.path.join(remote, "index.json"))
-    limit = index_bytes + 3 * biggest
+    limit = index_bytes + 4 * biggest  # the fewest shards a limit may hold
     bound = limit + procs * biggest
     local = str(tmp_path / "cache")
     monitor = UsageMonitor(local, shards)

@@ -22,6 +22,7 @@ from shardstream.plan import World
 
 COLUMNS = {"id": "int", "payload": "bytes"}
 TMP_PREFIX = ".tmp-"
+ROOM = 4  # shards the tightest limits here hold: a cache_limit must hold four times the largest shard
 
 
 def payload(i: int, version: int = 0) -> bytes:
@@ -212,19 +213,19 @@ def test_cache_limit_bounds_usage_during_an_epoch(tmp_path, make_dataset, load_i
 def test_shard_beyond_the_limit_is_downloaded_once_per_pass(tmp_path, make_dataset, predownload) -> None:
     """When every other shard is in use, the shard the loop needs goes over the limit; it must
     stay until the loop has left it, not be deleted and fetched again for each chunk of samples.
-    Here another dataset object holds shards 0 and 1 and the limit has room for two shards, so
-    shards 2..5 each go over the limit once: four downloads."""
-    remote = write_remote(make_dataset, tmp_path, n=84)
+    Here another dataset object holds shards 0..3 and the limit has room for four shards (the fewest
+    a limit may hold), so shards 4..7 each go over the limit once: four downloads."""
+    remote = write_remote(make_dataset, tmp_path, n=112)
     local = str(tmp_path / "cache")
     holder = StreamingDataset(remote=url(remote), local=local)
-    assert len(holder.shards) == 6
-    for k in (0, 1):
+    assert len(holder.shards) == 8
+    for k in range(ROOM):
         assert holder.prepare_shard(k)
         holder.table.pin(k)
     try:
         index_bytes = os.path.getsize(os.path.join(local, "index.json"))
         size = max(s.raw_data.bytes for s in holder.shards)
-        limit = index_bytes + 2 * size
+        limit = index_bytes + ROOM * size
         ds = StreamingDataset(remote=url(remote), local=local, cache_limit=limit, predownload=predownload)
         got = list(ds)
         for i, s in enumerate(got):
@@ -232,13 +233,13 @@ def test_shard_beyond_the_limit_is_downloaded_once_per_pass(tmp_path, make_datas
         assert ds.cache_usage <= limit
         assert ds.table.stores[0].fetcher.files == 4, f"{ds.table.stores[0].fetcher.files} downloads of 4 shards"
     finally:
-        for k in (0, 1):
+        for k in range(ROOM):
             holder.table.unpin(k)
 
 
 def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path, make_dataset) -> None:
     """Two readers of one cache (two dataset objects: separate locks, as two processes have),
-    with room for two shards, both held by reader A. Reader B needs shards 2..5 now, so each goes
+    with room for four shards, all held by reader A. Reader B needs shards 4..7 now, so each goes
     over the limit; reader A tries to pin each of them ahead (a prefetch pin, ``must=False``)
     while B uses it. The cache may exceed the limit by one shard per reader, no more: A's
     prefetch is refused while the cache is over, and B's finished shards do not pile up."""
@@ -247,14 +248,14 @@ def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path
     probe = StreamingDataset(remote=url(remote), local=local)
     index_bytes = os.path.getsize(os.path.join(local, "index.json"))
     size = max(s.raw_data.bytes for s in probe.shards)
-    limit = index_bytes + 2 * size
+    limit = index_bytes + ROOM * size
     a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
-    pinned = [k for k in (0, 1) if a.pin(k)]
-    assert pinned == [0, 1]
+    pinned = [k for k in range(ROOM) if a.pin(k)]
+    assert pinned == [0, 1, 2, 3]
     peak = probe.cache_usage
     try:
-        for k in (2, 3, 4, 5):
+        for k in (4, 5, 6, 7):
             assert b.pin(k)  # must: B's loop needs it now
             assert b.over(k)
             if a.pin(k, must=False):
@@ -262,33 +263,33 @@ def test_shards_pinned_ahead_by_another_reader_do_not_stretch_the_limit(tmp_path
             peak = max(peak, probe.cache_usage)
             b.unpin(k)
             peak = max(peak, probe.cache_usage)
-        assert pinned == [0, 1]
+        assert pinned == [0, 1, 2, 3]
     finally:
         for k in pinned:
             a.unpin(k)
     assert peak <= limit + 2 * size, f"usage reached {peak} bytes: the limit plus {(peak - limit) / size:g} shards"
     assert probe.cache_usage <= limit
-    assert shard_files(local) == {probe.shards[0].raw_data.basename, probe.shards[1].raw_data.basename}
+    assert shard_files(local) == {probe.shards[k].raw_data.basename for k in range(ROOM)}
 
 
 def test_loop_does_not_keep_other_processes_over_limit_shards(tmp_path, make_dataset) -> None:
-    """Reader B (a cache object: its own locks, as another process has) holds shards 0 and 1,
+    """Reader B (a cache object: its own locks, as another process has) holds shards 0..3,
     which fill the limit, and downloads each further shard beyond the limit just before reader A's
     shuffled loop reaches it, then leaves it. A meets every such shard already present. The cache
     may exceed the limit by one shard per reader; here it must stay within the limit plus two
     shards while A reads four of B's shards in one chunk: A's loop holds a present shard it
     pinned while the cache was over the limit only while it reads it, not for the whole chunk."""
-    remote = write_remote(make_dataset, tmp_path, n=112)
+    remote = write_remote(make_dataset, tmp_path, n=140)
     local = str(tmp_path / "cache")
     probe = StreamingDataset(remote=url(remote), local=local)
     index_bytes = os.path.getsize(os.path.join(local, "index.json"))
     size = max(s.raw_data.bytes for s in probe.shards)
-    limit = index_bytes + 2 * size
+    limit = index_bytes + ROOM * size
     options = {"shuffle": True, "shuffle_seed": 3, "predownload": 400}
     order = [s["id"] for s in StreamingDataset(remote=url(remote), local=str(tmp_path / "plan"), **options)]
     shard_of = {i: k for k in range(len(probe.shards)) for i in ids_of_shard(probe, k)}
     b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
-    assert b.pin(0) and b.pin(1)
+    assert all(b.pin(k) for k in range(ROOM))
     a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit, **options)
     samples = iter(a)
     seen: set[int] = set()
@@ -296,7 +297,7 @@ def test_loop_does_not_keep_other_processes_over_limit_shards(tmp_path, make_dat
     try:
         for i in order:
             k = shard_of[i]
-            fresh = k not in seen and k not in (0, 1)
+            fresh = k not in seen and k >= ROOM
             if fresh:
                 assert b.pin(k)  # must: B's loop needs it now
                 assert b.over(k)
@@ -310,41 +311,41 @@ def test_loop_does_not_keep_other_processes_over_limit_shards(tmp_path, make_dat
         assert len(seen) == 4
     finally:
         samples.close()
-        b.unpin(0)
-        b.unpin(1)
+        for k in range(ROOM):
+            b.unpin(k)
     assert peak <= limit + 2 * size, f"usage reached {peak} bytes: the limit plus {(peak - limit) / size:g} shards"
 
 
 def test_room_granted_to_a_download_is_visible_to_other_processes(tmp_path, make_dataset) -> None:
     """Prefetch downloads (``must=False``) never take the cache over its limit, even when two
     processes make room at the same moment. Reader A is granted room for shard 0; before its
-    download starts, reader B prefetches shards 1 and 2. With room for two shards, one of the
-    three prefetches is refused: the room granted to A is reserved before the cache lock is
+    download starts, reader B prefetches shards 1 to 4. With room for four shards, one of the
+    five prefetches is refused: the room granted to A is reserved before the cache lock is
     released."""
     remote = write_remote(make_dataset, tmp_path)
     local = str(tmp_path / "cache")
     probe = StreamingDataset(remote=url(remote), local=local)
     index_bytes = os.path.getsize(os.path.join(local, "index.json"))
     size = max(s.raw_data.bytes for s in probe.shards)
-    limit = index_bytes + 2 * size
+    limit = index_bytes + ROOM * size
     a = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     b = StreamingDataset(remote=url(remote), local=local, cache_limit=limit).table.stores[0]
     materialise = a._materialise
     got_b: list[bool] = []
 
     def b_meanwhile(i: int, *args) -> None:  # runs after A's room was granted, before A's download
-        got_b.extend([b.pin(1, must=False), b.pin(2, must=False)])
+        got_b.extend(b.pin(k, must=False) for k in range(1, ROOM + 1))
         materialise(i, *args)
 
     a._materialise = b_meanwhile
     got_a = a.pin(0, must=False)
     try:
-        assert len(got_b) == 2
+        assert len(got_b) == ROOM
         assert probe.cache_usage <= limit, (
             f"prefetches granted: A {got_a}, B {got_b}; usage {probe.cache_usage} > limit {limit}")
-        assert got_a and got_b == [True, False]
+        assert got_a and got_b == [True, True, True, False]
     finally:
-        for cache, k, ok in ((a, 0, got_a), (b, 1, got_b[0]), (b, 2, got_b[1])):
+        for cache, k, ok in [(a, 0, got_a)] + [(b, k + 1, ok) for k, ok in enumerate(got_b)]:
             if ok:
                 cache.unpin(k)
 
@@ -359,29 +360,29 @@ def test_cache_limit_accepts_strings(tmp_path, make_dataset) -> None:
 
 def test_least_recently_used_shard_is_evicted_first(tmp_path, make_dataset, load_index) -> None:
     """When the cache is full, making room deletes the shard used longest ago: using shard 0
-    again after 1 and 2 makes shard 1 the victim, then shard 2."""
+    again after 1, 2 and 3 makes shard 1 the victim, then shard 2, then shard 0."""
     remote = write_remote(make_dataset, tmp_path)
     local = str(tmp_path / "cache")
     index_bytes = os.path.getsize(os.path.join(remote, "index.json"))
-    size = max(footprint(load_index, remote, k) for k in range(7))
-    ds = StreamingDataset(remote=url(remote), local=local, cache_limit=index_bytes + 3 * size)
+    size = max(footprint(load_index, remote, k) for k in range(8))
+    ds = StreamingDataset(remote=url(remote), local=local, cache_limit=index_bytes + ROOM * size)
     name = [s.raw_data.basename for s in ds.shards]
 
     def use(k: int) -> None:
         assert ds.prepare_shard(k)
         time.sleep(0.03)  # file times have a resolution of a clock tick
 
-    for k in (0, 1, 2, 0):
+    for k in (0, 1, 2, 3, 0):
         use(k)
-    assert shard_files(local) == {name[0], name[1], name[2]}
-    use(3)
-    assert shard_files(local) == {name[0], name[2], name[3]}
+    assert shard_files(local) == {name[0], name[1], name[2], name[3]}
     use(4)
-    assert shard_files(local) == {name[0], name[3], name[4]}
-    use(3)
+    assert shard_files(local) == {name[0], name[2], name[3], name[4]}
     use(5)
-    assert shard_files(local) == {name[3], name[4], name[5]}
-    assert ds.cache_usage <= index_bytes + 3 * size
+    assert shard_files(local) == {name[0], name[3], name[4], name[5]}
+    use(3)
+    use(6)
+    assert shard_files(local) == {name[3], name[4], name[5], name[6]}
+    assert ds.cache_usage <= index_bytes + ROOM * size
 
 
 def test_evict_shard_refuses_while_pinned(tmp_path, make_dataset) -> None:
@@ -449,14 +450,12 @@ def test_evict_coldest_shard_returns_its_index(tmp_path, make_dataset) -> None:
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_cache_limit_too_small_names_the_minimum(tmp_path, make_dataset, load_index,
                                                  compression: str | None) -> None:
-    """A limit below one shard in use plus one arriving (the largest raw shard plus the largest
-    footprint, raw + compressed bytes) is refused with a CacheLimitError giving that minimum;
-    the minimum itself is accepted."""
+    """A limit below four times the largest shard's footprint (raw + compressed bytes) is refused
+    with a CacheLimitError (also a ValueError) giving that minimum; the minimum itself is accepted."""
     remote = write_remote(make_dataset, tmp_path, compression=compression)
     entries = load_index(remote)["shards"]
-    need = max(e["raw_data"]["bytes"] for e in entries) + max(
-        footprint(load_index, remote, k) for k in range(len(entries)))
-    with pytest.raises(CacheLimitError) as info:
+    need = ROOM * max(footprint(load_index, remote, k) for k in range(len(entries)))
+    with pytest.raises(ValueError, match=r"Cache limit \(\d+ bytes\) is too low") as info:
         StreamingDataset(remote=url(remote), local=str(tmp_path / "cache"), cache_limit=need - 1)
     assert str(need) in str(info.value)
     with pytest.raises(CacheLimitError):
@@ -465,15 +464,17 @@ def test_cache_limit_too_small_names_the_minimum(tmp_path, make_dataset, load_in
     assert ds.prepare_shard(1)
 
 
-def test_cache_limit_without_remote_warns(tmp_path, make_dataset) -> None:
+def test_cache_limit_without_remote_warns(tmp_path, make_dataset, load_index) -> None:
     """cache_limit with no remote (or a remote that is the local directory) has no effect and
-    says so with a UserWarning; no shard is ever deleted."""
+    says so with a UserWarning; no shard is ever deleted, even under a limit far below the dataset."""
     out = write_remote(make_dataset, tmp_path)
     with pytest.warns(UserWarning, match="cache_limit"):
         ds = StreamingDataset(local=out, cache_limit=10**9)
     assert len(list(ds)) == 100
+    tight = ROOM * max(footprint(load_index, out, k) for k in range(len(ds.shards)))
+    assert tight < sum(footprint(load_index, out, k) for k in range(len(ds.shards)))
     with pytest.warns(UserWarning, match="cache_limit"):
-        StreamingDataset(remote=url(out), local=out, cache_limit="1kb")
+        assert len(list(StreamingDataset(remote=url(out), local=out, cache_limit=tight))) == 100
     assert len(shard_files(out)) == len(ds.shards)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

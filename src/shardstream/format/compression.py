@@ -27,7 +27,9 @@ class _Family:
 def _zstd_compress(data: bytes, level: Optional[int]) -> bytes:
     import zstandard
 
-    return zstandard.ZstdCompressor(level=level).compress(data)
+    # One worker thread, as mosaicml-streaming's ``zstd.compress`` uses: past a few MB its frames are cut
+    # into jobs, so without it a large shard's bytes would differ from mosaicml-streaming's.
+    return zstandard.ZstdCompressor(level=level, threads=1).compress(data)
 
 
 def _zstd_decompress(data: bytes, raw_size: int) -> bytes:

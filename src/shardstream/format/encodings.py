@@ -383,6 +383,9 @@ def get_encoding(name: str) -> Encoding:
     """The encoding for a column type name; raises :class:`UnsupportedFormatError`."""
     if not isinstance(name, str):
         raise UnsupportedFormatError(f"column encoding must be a string, got {name!r}")
+    custom = registered_encodings.coder(name)
+    if custom is not None:
+        return custom
     if name in _SIMPLE:
         enc = _SIMPLE[name]()
         enc.name = name
@@ -401,5 +404,14 @@ def get_encoding(name: str) -> Encoding:
     )
 
 
+def builtin_encoding_names() -> set[str]:
+    """The names of the encodings of the MDS format itself (those mosaicml-streaming knows)."""
+    return set(_SIMPLE) | set(_SCALARS) | set(_IMAGES) | {"ndarray", "list[pil]", "list[jpeg]", "list[png]"}
+
+
 def encoding_names() -> list[str]:
-    return sorted(set(_SIMPLE) | set(_SCALARS) | set(_IMAGES) | {"ndarray", "list[pil]", "list[jpeg]", "list[png]"})
+    """Every encoding name a column may use: the built-in ones and those registered."""
+    return sorted(builtin_encoding_names() | set(registered_encodings))
+
+
+from .customencodings import registered_encodings, register_encoding  # noqa: E402  (it uses Encoding above)

@@ -13,7 +13,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import CorruptIndexError, IndexNotFoundError, NotADatasetError, UnsafePathError, UnsupportedFormatError
+from ..errors import (CorruptIndexError, IndexJSONError, IndexNotFoundError, NotADatasetError, UnsafePathError,
+                      UnsupportedFormatError)
 from .compression import parse_compression
 from .encodings import Encoding, get_encoding
 from .hashing import check_hash
@@ -104,7 +105,7 @@ def check_basename(basename: Any, where: str) -> str:
     return basename
 
 
-def _file_info(obj: Any, where: str) -> FileInfo:
+def file_info(obj: Any, where: str) -> FileInfo:
     if not isinstance(obj, dict):
         raise CorruptIndexError(f"{where}: expected an object with basename/bytes/hashes, got {obj!r:.80}")
     basename = check_basename(obj.get("basename"), where)
@@ -126,8 +127,12 @@ def parse_shard(obj: Any, i: int) -> ShardInfo:
         raise UnsupportedFormatError(f"{where}: shard version {version!r} is not supported (expected 2)")
     fmt = obj.get("format")
     if fmt != "mds":
+        from .textshards import TEXT_SHARD_FORMATS, parse_text_shard
+
+        if isinstance(fmt, str) and fmt in TEXT_SHARD_FORMATS:  # mosaicml-streaming's JSON, CSV, TSV and XSV shards
+            return parse_text_shard(obj, where)
         raise UnsupportedFormatError(
-            f"{where}: format {fmt!r} is not supported; this reader handles 'mds' shards only"
+            f"{where}: format {fmt!r} is not supported; shards are 'mds', 'json', 'csv', 'tsv' or 'xsv'"
         )
     names, encs, sizes = obj.get("column_names"), obj.get("column_encodings"), obj.get("column_sizes")
     if not (isinstance(names, list) and isinstance(encs, list) and isinstance(sizes, list)):
@@ -150,22 +155,10 @@ def parse_shard(obj: Any, i: int) -> ShardInfo:
                 f"{where}: column {name!r} ({enc}) has size {size!r}, but that encoding is "
                 f"{'variable-size (null)' if coder.size is None else f'{coder.size} bytes'}"
             )
-    compression = obj.get("compression") or None
-    if compression is not None and not isinstance(compression, str):
-        raise CorruptIndexError(f"{where}: compression must be a string or null, got {compression!r:.40}")
-    if compression is not None:
-        parse_compression(compression)
-    hashes = obj.get("hashes") or []
-    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
-        raise CorruptIndexError(f"{where}: 'hashes' must be a list of algorithm names")
-    for algo in hashes:
-        check_hash(algo)
-    samples = obj.get("samples")
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
-        raise CorruptIndexError(f"{where}: 'samples' must be a non-negative int, got {samples!r}")
-    raw = _file_info(obj.get("raw_data"), f"{where} raw_data")
+    compression, hashes, samples = shard_settings(obj, where)
+    raw = file_info(obj.get("raw_data"), f"{where} raw_data")
     zip_data = obj.get("zip_data")
-    zinfo = _file_info(zip_data, f"{where} zip_data") if zip_data else None
+    zinfo = file_info(zip_data, f"{where} zip_data") if zip_data else None
     if compression and zinfo is None:
         raise CorruptIndexError(f"{where}: compression is {compression!r} but zip_data is missing")
     size_limit = obj.get("size_limit")
@@ -195,6 +188,10 @@ def parse_index(obj: Any, source: str = "index.json") -> list[ShardInfo]:
 def loads_index(text: bytes | str, source: str = "index.json") -> list[ShardInfo]:
     try:
         obj = json.loads(text)
+    except json.JSONDecodeError as exc:  # also what mosaicml-streaming raises, with the same opening words
+        raise IndexJSONError(f"Index file at {source} is empty or corrupted: it is not valid JSON ({exc}); "
+                             "rewrite or re-download it",
+                             exc.doc, exc.pos) from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptIndexError(f"{source} is not valid JSON ({exc}); rewrite or re-download it") from None
     return parse_index(obj, source)
@@ -240,3 +237,21 @@ def write_index_atomic(dirname: str, shards: list[ShardInfo]) -> str:
 
 def shard_path(dirname: str, basename: str) -> str:
     return os.path.join(dirname, *basename.split("/"))
+
+
+def shard_settings(obj: dict, where: str) -> tuple[Optional[str], list, int]:
+    """``(compression, hashes, samples)`` of a shard's index entry (any shard format), validated."""
+    compression = obj.get("compression") or None
+    if compression is not None and not isinstance(compression, str):
+        raise CorruptIndexError(f"{where}: compression must be a string or null, got {compression!r:.40}")
+    if compression is not None:
+        parse_compression(compression)
+    hashes = obj.get("hashes") or []
+    if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+        raise CorruptIndexError(f"{where}: 'hashes' must be a list of algorithm names")
+    for algo in hashes:
+        check_hash(algo)
+    samples = obj.get("samples")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 0:
+        raise CorruptIndexError(f"{where}: 'samples' must be a non-negative int, got {samples!r}")
+    return compression, hashes, samples

@@ -1,10 +1,17 @@
-"""Summaries of a dataset's index (no shard is read)."""
+"""Summaries of a dataset's index (no shard is read).
+
+A JSON, CSV, TSV or XSV shard is two files, its data and its ``.meta`` file: both count in its bytes."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from .index import read_index
+
+
+def _meta_bytes(shard, key: str) -> int:
+    meta = getattr(shard, key, None)  # only text shards have a meta file
+    return meta.bytes if meta is not None else 0
 
 
 def inspect_dataset(dirname: str) -> dict:
@@ -17,8 +24,9 @@ def inspect_dataset(dirname: str) -> dict:
         "path": dirname,
         "shards": len(shards),
         "samples": sum(s.samples for s in shards),
-        "raw_bytes": sum(s.raw_data.bytes for s in shards),
-        "stored_bytes": sum(s.stored.bytes for s in shards),
+        "formats": dict(Counter(getattr(s, "format", "mds") for s in shards)),
+        "raw_bytes": sum(s.raw_data.bytes + _meta_bytes(s, "raw_meta") for s in shards),
+        "stored_bytes": sum(s.stored.bytes + _meta_bytes(s, "stored_meta") for s in shards),
         "columns": columns,
         "compression": dict(Counter(s.compression or "none" for s in shards)),
         "hashes": sorted({h for s in shards for h in s.hashes}),

@@ -20,7 +20,7 @@ from ..errors import OutputExistsError
 from .atomic import TMP_PREFIX
 from .index import INDEX_BASENAME
 
-SHARD_NAME = re.compile(r"shard\.\d{5}\.mds(\.[A-Za-z0-9]+)?")
+SHARD_NAME = re.compile(r"shard\.\d{5}\.(mds|(json|csv|tsv|xsv)(\.meta)?)(\.[A-Za-z0-9]+)?")
 CACHE_META = ".shardstream/"  # the shard cache's locks and records, when the directory was a stream's local
 _SHOWN = 10
 
@@ -31,7 +31,7 @@ def listed_files(index_text: Optional[bytes]) -> set[str]:
         shards = json.loads(index_text)["shards"]
         names = set()
         for shard in shards:
-            for key in ("raw_data", "zip_data"):
+            for key in ("raw_data", "zip_data", "raw_meta", "zip_meta"):  # meta: JSON/CSV/TSV/XSV shards
                 if shard.get(key):
                     names.add(str(shard[key]["basename"]))
         return names
@@ -74,7 +74,7 @@ def refuse_others(where: str, others: list[str]) -> None:
 
 def refuse_non_empty(where: str, count: int) -> None:
     raise OutputExistsError(
-        f"output {where!r} is not empty ({count} file(s)); pass exist_ok=True to replace the dataset there, "
+        f"Directory is not empty: output {where!r} holds {count} file(s); pass exist_ok=True to replace the dataset there, "
         "or choose an empty directory"
     )
 

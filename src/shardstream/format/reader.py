@@ -140,7 +140,7 @@ def map_file(path: str) -> Buffer:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _check_digests(info_hashes: dict, data: Buffer, name: str, algos) -> None:
+def check_digests(info_hashes: dict, data: Buffer, name: str, algos) -> None:
     for algo in algos:
         want = info_hashes.get(algo)
         if want is None:
@@ -175,7 +175,7 @@ def open_shard(
                 f"shard {info.raw_data.basename!r} listed in the index is missing from {dirname!r}"
             ) from None
         if algos:
-            _check_digests(info.raw_data.hashes, buf, info.raw_data.basename, algos)
+            check_digests(info.raw_data.hashes, buf, info.raw_data.basename, algos)
         return ShardReader(info, buf)
     zip_path = shard_path(dirname, info.zip_data.basename)
     try:
@@ -189,7 +189,7 @@ def open_shard(
             f"shard {info.zip_data.basename!r} is {len(zbuf)} bytes but the index says "
             f"{info.zip_data.bytes} (truncated?); delete it and write or download it again"
         )
-    _check_digests(info.zip_data.hashes, zbuf, info.zip_data.basename, algos)
+    check_digests(info.zip_data.hashes, zbuf, info.zip_data.basename, algos)
     raw = decompress(info.compression, zbuf, info.raw_data.bytes, info.zip_data.basename)
     if isinstance(zbuf, mmap.mmap):
         zbuf.close()

@@ -63,19 +63,12 @@ class ShardWriter:
     ) -> None:
         if not isinstance(columns, dict) or not columns:
             raise InvalidArgumentError(f"columns must be a non-empty dict of name -> encoding, got {columns!r}")
-        self.compression = compression or None
-        if self.compression:
-            parse_compression(self.compression)
-        self.hashes = list(hashes or [])
-        if self.hashes != sorted(set(self.hashes)):
-            raise InvalidArgumentError(f"hashes={self.hashes} must be unique and sorted, e.g. {sorted(set(self.hashes))}")
-        for algo in self.hashes:
-            check_hash(algo)
+        self._set_file_settings(compression, hashes)
         limit = parse_bytes(size_limit, "size_limit") if size_limit else None
         if limit is not None and not 0 < limit <= MAX_SHARD_BYTES:
             raise InvalidArgumentError(
-                f"size_limit={size_limit!r} must be between 1 byte and 4 GiB - 1 "
-                f"(shard offsets are uint32); the default is {DEFAULT_SIZE_LIMIT} (64 MiB)"
+                f"`size_limit` must be less than 2**32 (and at least 1 byte), got size_limit={size_limit!r}: "
+                f"shard offsets are uint32; the default is {DEFAULT_SIZE_LIMIT} (64 MiB)"
             )
         self.size_limit = limit
         self.column_names = sorted(columns)
@@ -92,12 +85,7 @@ class ShardWriter:
         self.config_data = json.dumps(self._config(), sort_keys=True).encode("utf-8")
         self._extra_per_shard = 8 + len(self.config_data)
 
-        self.local = os.path.abspath(os.path.expanduser(local))
-        self._prepare_dir(exist_ok)
-        self._on_file = on_file
-        self._pool = ThreadPoolExecutor(max_workers=max_workers or 2, thread_name_prefix="shardstream-writer")
-        self._pending: list[Future] = []
-        self._max_pending = (max_workers or 2) + 1
+        self._start_output(local, exist_ok, max_workers, on_file)
         self.shards: list[ShardInfo] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -115,6 +103,27 @@ class ShardWriter:
             "column_encodings": self.column_encodings,
             "column_sizes": self.column_sizes,
         }
+
+    def _set_file_settings(self, compression: Optional[str], hashes: Optional[Sequence[str]]) -> None:
+        """``compression`` and ``hashes`` of every shard file, checked."""
+        self.compression = compression or None
+        if self.compression:
+            parse_compression(self.compression)
+        self.hashes = list(hashes or [])
+        if self.hashes != sorted(set(self.hashes)):
+            raise InvalidArgumentError(f"hashes={self.hashes} must be unique and sorted, e.g. {sorted(set(self.hashes))}")
+        for algo in self.hashes:
+            check_hash(algo)
+
+    def _start_output(self, local: str, exist_ok: bool, max_workers: Optional[int],
+                      on_file: Optional[Callable[[str, str], None]]) -> None:
+        """The output directory (cleared as ``exist_ok`` says) and the threads that store shards."""
+        self.local = os.path.abspath(os.path.expanduser(local))
+        self._prepare_dir(exist_ok)
+        self._on_file = on_file
+        self._pool = ThreadPoolExecutor(max_workers=max_workers or 2, thread_name_prefix="shardstream-writer")
+        self._pending: list[Future] = []
+        self._max_pending = (max_workers or 2) + 1
 
     def _prepare_dir(self, exist_ok: bool) -> None:
         clear_local(self.local, exist_ok)
@@ -223,28 +232,14 @@ class ShardWriter:
         self._reset()
 
     def _store_shard(self, index: int, n: int, header: bytes, body: bytearray) -> None:
-        raw_name = f"shard.{index:05d}.{self.format}"
         raw = header + body
         del body
-        raw_info = FileInfo(raw_name, len(raw), {a: digest(a, raw) for a in self.hashes})
-        zip_info = None
-        data = raw
-        if self.compression:
-            data = compress(self.compression, raw)
-            zip_name = f"{raw_name}.{compression_extension(self.compression)}"
-            zip_info = FileInfo(zip_name, len(data), {a: digest(a, data) for a in self.hashes})
-        stored = zip_info or raw_info
-        path = os.path.join(self.local, stored.basename)
-        try:
-            atomic_write(path, data, fsync=False)
-        except OSError as exc:
-            raise output_write_error(path, exc) from exc
+        raw_info, zip_info = store_file(self.local, raw, f"shard.{index:05d}.{self.format}", self.hashes,
+                                        self.compression, self._on_file)
         info = ShardInfo(tuple(self.column_encodings), tuple(self.column_names), tuple(self.column_sizes),
                          self.compression, tuple(self.hashes), raw_info, n, self.size_limit, zip_info)
         with self._lock:
             self.shards[index] = info
-        if self._on_file is not None:
-            self._on_file(path, stored.basename)
 
     def _check_jobs(self, all_jobs: bool = False) -> None:
         """Collect finished shard jobs (all of them when ``all_jobs``); on the first failure,
@@ -360,3 +355,24 @@ def make_sample_encoder(cols: list, slow: Callable[[dict], bytes]) -> Callable[[
     exec(compile("\n".join(lines), "<shardstream encoder>", "exec"), env)
     return env["encode"]
 
+
+def store_file(local: str, raw: bytes, raw_name: str, hashes: Sequence[str], compression: Optional[str],
+               on_file: Optional[Callable[[str, str], None]] = None) -> tuple[FileInfo, Optional[FileInfo]]:
+    """Write one file of a shard into ``local``: ``raw`` as ``raw_name``, or compressed as
+    ``raw_name.<ext>`` with ``compression``; its description (and the raw one) with ``hashes``'
+    digests. ``on_file(path, basename)`` is called once the file is in place (an upload)."""
+    raw_info = FileInfo(raw_name, len(raw), {a: digest(a, raw) for a in hashes})
+    zip_info, data = None, raw
+    if compression:
+        data = compress(compression, raw)
+        zip_name = f"{raw_name}.{compression_extension(compression)}"
+        zip_info = FileInfo(zip_name, len(data), {a: digest(a, data) for a in hashes})
+    stored = zip_info or raw_info
+    path = os.path.join(local, stored.basename)
+    try:
+        atomic_write(path, data, fsync=False)
+    except OSError as exc:
+        raise output_write_error(path, exc) from exc
+    if on_file is not None:
+        on_file(path, stored.basename)
+    return raw_info, zip_info

@@ -28,13 +28,18 @@ from ..errors import InvalidArgumentError, UnsupportedFormatError
 
 # name -> "module:attribute" of a built-in format, imported when first asked for
 KNOWN_FORMATS = {
-    "mds": "shardstream.format.mds:MDS_FORMAT",
+    # index.json: MDS shards, and mosaicml-streaming's JSON / CSV / TSV / XSV shards, each by its entry
+    "mds": "shardstream.format.textformat:INDEX_FORMAT",
     "parquet": "shardstream.format.parquet:PARQUET_FORMAT",
     "arrow": "shardstream.format.arrowipc:ARROW_FORMAT",
     "jsonl": "shardstream.format.lines:JSONL_FORMAT",
     "json": "shardstream.format.lines:JSON_FORMAT",
     "csv": "shardstream.format.lines:CSV_FORMAT",
     "text": "shardstream.format.lines:TEXT_FORMAT",
+    "mds-json": "shardstream.format.textformat:JSON_SHARDS",
+    "mds-csv": "shardstream.format.textformat:CSV_SHARDS",
+    "mds-tsv": "shardstream.format.textformat:TSV_SHARDS",
+    "mds-xsv": "shardstream.format.textformat:XSV_SHARDS",
 }
 #: file name endings of the built-in file formats, for ``format=`` left out (a compression suffix is ignored)
 SUFFIX_FORMATS = {

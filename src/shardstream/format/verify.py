@@ -1,4 +1,5 @@
-"""Checking a dataset: every shard present, intact, hashed as recorded, decodable."""
+"""Checking a dataset: every shard present, intact, hashed as recorded, decodable (MDS shards, and
+mosaicml-streaming's JSON, CSV, TSV and XSV shards with their ``.meta`` files)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Callable, Optional
 from ..errors import CorruptShardError, HashMismatchError, ShardNotFoundError, ShardstreamError
 from .compression import decompress
 from .hashing import digest
-from .index import ShardInfo, read_index, shard_path
+from .index import FileInfo, ShardInfo, read_index, shard_path
 from .reader import ShardReader, map_file
+from .textformat import TextRows
+from .textshards import TextShardInfo
 
 
 @dataclass
@@ -74,23 +77,50 @@ def _decode_all(reader: ShardReader) -> int:
     return reader.samples
 
 
-def verify_shard(dirname: str, info: ShardInfo, decode_samples: bool = True) -> tuple[int, int]:
-    """Raise a :class:`ShardstreamError` describing the first problem; return (digests checked, samples decoded)."""
-    stored = info.stored
+def _file_bytes(dirname: str, raw: FileInfo, packed: Optional[FileInfo], compression: Optional[str]):
+    """The decompressed bytes of one file of a shard (from its compressed copy when present, else from the
+    decompressed one) after checking its size and recorded digests; and the number of digests checked."""
+    stored = packed if packed is not None else raw
     path = shard_path(dirname, stored.basename)
-    raw_path = shard_path(dirname, info.raw_data.basename)
-    if not os.path.exists(path) and info.zip_data is not None and os.path.exists(raw_path):
-        path, stored = raw_path, info.raw_data  # only the decompressed copy is present
+    raw_path = shard_path(dirname, raw.basename)
+    if not os.path.exists(path) and packed is not None and os.path.exists(raw_path):
+        path, stored = raw_path, raw  # only the decompressed copy is present
     if not os.path.exists(path):
         raise ShardNotFoundError(f"missing file {stored.basename!r}")
     buf = map_file(path)
     if len(buf) != stored.bytes:
         raise CorruptShardError(f"{stored.basename!r} is {len(buf)} bytes, the index says {stored.bytes}")
     checked = _check_digests(stored.basename, buf, stored.hashes)
-    raw = buf
-    if stored is info.zip_data:
-        raw = decompress(info.compression, buf, info.raw_data.bytes, stored.basename)
-        checked += _check_digests(f"{info.raw_data.basename} (decompressed)", raw, info.raw_data.hashes)
+    if stored is packed:
+        buf = decompress(compression, buf, raw.bytes, stored.basename)
+        checked += _check_digests(f"{raw.basename} (decompressed)", buf, raw.hashes)
+    return buf, checked
+
+
+def _decode_text(rows: TextRows) -> int:
+    """Parse every sample of a JSON/CSV/TSV/XSV shard; one :class:`CorruptShardError` for the first bad one."""
+    bad, first = 0, None
+    for i in range(rows.samples):
+        try:
+            rows.get_unchecked(i)
+        except (ShardstreamError, ValueError) as exc:  # a broken line: bad JSON, UTF-8 or number
+            bad += 1
+            first = first or f"sample {i}: {exc}"
+    if bad:
+        raise CorruptShardError(f"{first} ({bad} of {rows.samples} samples fail to decode)")
+    return rows.samples
+
+
+def verify_shard(dirname: str, info: ShardInfo, decode_samples: bool = True) -> tuple[int, int]:
+    """Raise a :class:`ShardstreamError` describing the first problem; return (digests checked, samples decoded).
+
+    A JSON, CSV, TSV or XSV shard's ``.meta`` file is checked as its data file is, and must hold the
+    sample count and offsets the data file needs."""
+    raw, checked = _file_bytes(dirname, info.raw_data, info.zip_data, info.compression)
+    if isinstance(info, TextShardInfo):
+        meta, more = _file_bytes(dirname, info.raw_meta, info.zip_meta, info.compression)
+        rows = TextRows(info, raw, meta)  # checks the meta file's count and offsets
+        return checked + more, _decode_text(rows) if decode_samples else 0
     reader = ShardReader(info, raw)
     return checked, _decode_all(reader) if decode_samples else 0
 
@@ -104,7 +134,7 @@ def verify_shards(dirname: str, shards: list[ShardInfo], decode_samples: bool = 
     report = VerifyReport(shards=len(shards))
     for i, info in enumerate(shards):
         report.samples += info.samples
-        report.bytes += info.stored.bytes
+        report.bytes += info.stored.bytes + (info.stored_meta.bytes if isinstance(info, TextShardInfo) else 0)
         report.unhashed_shards += not (info.stored.hashes or info.raw_data.hashes)
         try:
             if fetch is not None:

@@ -50,13 +50,22 @@ class TorchStamped(Stamped):
 class StepBatches(IterableDataset):
     """A dataset's epochs as one stamped column batch per step (see ``StreamingDataset.iterate_batches``)."""
 
-    def __init__(self, dataset, columns: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, dataset, columns: Optional[Sequence[str]] = None, drop_last: bool = False) -> None:
         self.dataset = dataset
         self.columns = None if columns is None else list(columns)
+        self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[TorchStamped]:
         columns = self.columns
-        return stamped(self.dataset, lambda ds: ds.iterate_batches(columns=columns), TorchStamped)
+        it = stamped(self.dataset, lambda ds: ds.iterate_batches(columns=columns), TorchStamped)
+        return self._drop_short(it) if self.drop_last else it
+
+    def _drop_short(self, it: Iterator[TorchStamped]) -> Iterator[TorchStamped]:
+        """With ``drop_last``, a step shorter than the batch (only ``epoch_tail="mosaic"`` makes one)
+        crosses as a stamp without a batch: its samples count as consumed, the loop never sees them."""
+        size = self.dataset.batch_size
+        for stamp in it:
+            yield stamp if batch_rows(stamp.item) >= size else TorchStamped(None, stamp.position)
 
 
 class SampleBatches(IterableDataset):
@@ -83,7 +92,10 @@ class SampleBatches(IterableDataset):
         try:
             while True:
                 samples = list(islice(items, bs))
-                if not samples or (len(samples) < bs and self.drop_last):
+                if not samples:
+                    return
+                if len(samples) < bs and self.drop_last:  # consumed, never seen by the loop
+                    yield TorchStamped(None, node.position())
                     return
                 yield TorchStamped(collate(samples), node.position())
                 if len(samples) < bs:
@@ -104,7 +116,12 @@ class ThroughStamp:
         self.collate = collate
 
     def __call__(self, stamp: TorchStamped) -> TorchStamped:
-        return TorchStamped(self.collate(stamp.item), stamp.position)
+        return stamp if stamp.item is None else TorchStamped(self.collate(stamp.item), stamp.position)
+
+
+def batch_rows(batch: dict) -> int:
+    """Rows of a column batch (the length of its first column)."""
+    return len(next(iter(batch.values()))) if batch else 0
 
 
 class StreamingDataLoader(DataLoader):
@@ -171,15 +188,16 @@ class StreamingDataLoader(DataLoader):
         self._consumed = Consumed(dataset)
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
         if self.batch_decode:
-            kwargs.pop("drop_last", None)  # every step is a full batch; torch refuses it without auto-batching
+            # torch refuses drop_last without auto-batching; only epoch_tail="mosaic" makes a short step
+            self._drop_last = bool(kwargs.pop("drop_last", False))
             collate = keep if collate_fn is None else ThroughStamp(collate_fn)
-            super().__init__(StepBatches(dataset, columns), batch_size=None, num_workers=num_workers,
+            super().__init__(StepBatches(dataset, columns, self._drop_last), batch_size=None, num_workers=num_workers,
                              collate_fn=collate, pin_memory=False, **kwargs)
         else:
             if stack:
                 collate_fn = StackSamples(dataset.table.kinds(columns))
-            samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns,
-                                    bool(kwargs.pop("drop_last", False)))
+            self._drop_last = bool(kwargs.pop("drop_last", False))
+            samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns, self._drop_last)
             super().__init__(samples, batch_size=None, num_workers=num_workers, collate_fn=keep,
                              pin_memory=pin_memory and not stack, **kwargs)
 
@@ -204,6 +222,8 @@ class StreamingDataLoader(DataLoader):
         for stamp in it:
             self._consumed.record(stamp.position)
             batch = stamp.item
+            if batch is None:  # a short last step dropped (drop_last=True)
+                continue
             yield torch_batch(batch, pin, self._ragged) if self._convert else batch
         self._consumed.finished = True
 
@@ -215,7 +235,7 @@ class StreamingDataLoader(DataLoader):
 
     def __len__(self) -> int:
         """Batches this rank receives in the pass in progress (else in the next one)."""
-        return self._consumed.length(self.streaming_dataset.detect_world())
+        return self._consumed.length(self.streaming_dataset.detect_world(), self._drop_last)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -241,7 +261,8 @@ class StreamingDataLoader(DataLoader):
 
 def _adopt_batch_size(dataset, batch_size: int) -> None:
     if dataset.batch_size is None:
-        dataset.adopt_batch_size(batch_size)
+        if dataset.options.epoch_tail != "mosaic":  # which refuses the epoch, as mosaicml-streaming does
+            dataset.adopt_batch_size(batch_size)
     elif dataset.batch_size != batch_size:
         raise InvalidArgumentError(
             f"the loader's batch_size={batch_size} differs from the dataset's batch_size={dataset.batch_size}; "

@@ -51,7 +51,7 @@ class Pass:
         world, plan = self.world, self.plan
         if world.readers == 1 and world.workers == 1:
             return min(self.start + self.yielded, plan.end)
-        done = self.yielded // max(plan.device_batch(world), 1)
+        done = plan.steps_done(world, self.start, self.yielded)
         if not done:
             return self.start
         g = plan.global_batch
@@ -62,7 +62,7 @@ class Pass:
     @property
     def steps(self) -> int:
         """Global steps from this pass's start to the end of its epoch."""
-        return (self.plan.end - self.start) // self.plan.global_batch
+        return -(-(self.plan.end - self.start) // self.plan.global_batch)  # a short last step counts
 
 
 class EpochCursor:

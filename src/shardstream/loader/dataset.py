@@ -35,11 +35,14 @@ from .cursor import EpochCursor
 from .batchsize import ONE_PER_STEP, warn_unset_batch_size
 from .indexbatches import batch_at, index_scan, scan_size
 from .mixorder import mixed_order
+from .notices import warn_small_predownload, warn_small_shuffle_block
 from .options import DatasetOptions
 from .order import SingleOrder
 from .prefetch import default_predownload
 from .reading import PassReader
 from .stream import WeightSchedule, described, places
+from .registry import stream_from_registry
+from .stream import one_stream
 from .table import ShardTable
 from .world import detect_world, rank_world
 from ..process.chain import Operations, ShuffleFlag
@@ -100,6 +103,10 @@ class StreamingDataset(Operations):
         defaults = StreamOptions(split=split, download_retry=download_retry, download_timeout=download_timeout,
                                  validate_hash=validate_hash, keep_zip=keep_zip, format=format,
                                  columns=columns, on_bad_rows=on_bad_rows)
+        # stream_name / stream_config: the one stream built from the streams registry (None: the default)
+        single = stream_from_registry(stream_name, stream_config, streams, dict(
+            remote=remote, local=local, split=split, download_retry=download_retry,
+            download_timeout=download_timeout, validate_hash=validate_hash, keep_zip=keep_zip))
         self.options = DatasetOptions(
             predownload=predownload, sampling_method=sampling_method,
             sampling_granularity=sampling_granularity, partition_algo=partition_algo,
@@ -125,12 +132,15 @@ class StreamingDataset(Operations):
             remote=remote, local=local, split=split, format=format, columns=columns, on_bad_rows=on_bad_rows,
             download_retry=download_retry, download_timeout=download_timeout, validate_hash=validate_hash,
             keep_zip=keep_zip)
+        if single is not None and self.source_args is not None:  # where the registry's stream says it lives
+            self.source_args.update(remote=single.remote, local=single.local, split=single.split)
         self.storage_options = storage_options
         self._shuffle = bool(shuffle)
-        limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
+        # 0, as None, sets no limit (as mosaicml-streaming reads it)
+        limit = None if cache_limit is None or cache_limit == 0 else parse_bytes(cache_limit, "cache_limit")
         self.cache_limit = limit
         mixed = streams is not None or epoch_size is not None or weight_schedule is not None
-        opened = open_streams(places(streams, remote, local, defaults, mixed), storage_options)
+        opened = open_streams(places(streams, remote, local, defaults, mixed, single), storage_options)
         self.table = ShardTable(open_stores(opened, limit))
         self.remote = next((o.remote for o in opened if o.remote is not None), None)
         self.local = opened[0].dirname if mixed else opened[0].local
@@ -154,10 +164,13 @@ class StreamingDataset(Operations):
             self.streams = described([o.stream for o in opened], order.stream_samples, order.counts(0))
         else:
             order = SingleOrder(self.shard_sizes, self.options, fingerprint)
-            self.streams = None
+            self.streams = one_stream(single, self.num_samples, remote=remote, local=local, split=split, format=format,
+                                      columns=columns)
+        self._mixed = mixed
         self.cursor = EpochCursor(order)
         self._default_predownload = predownload is None
         self.predownload = predownload if predownload is not None else default_predownload(batch_size, self._average)
+        warn_small_predownload(predownload, batch_size)
 
     def _alias_table(self) -> None:
         """The table's lookups, kept on the dataset for the random-access hot path."""
@@ -193,6 +206,8 @@ class StreamingDataset(Operations):
         return self.num_samples
 
     def __len__(self) -> int:
+        if self.options.epoch_tail == "mosaic":  # mosaicml-streaming's length: this rank's share of an epoch
+            return -(-self.epoch_size // self.detect_world().readers)
         return self.num_samples
 
     @property
@@ -207,7 +222,7 @@ class StreamingDataset(Operations):
         stream to whole batches (up with ``epoch_tail='pad'``, down with ``'drop'``); ``stratified``
         yields steps x each stream's rounded share of a batch (see :mod:`shardstream.plan.mixed`).
         """
-        if self.streams is None:
+        if not self._mixed:
             return None
         return self.cursor.order.counts(self.cursor.next_epoch if epoch is None else epoch)
 
@@ -217,13 +232,18 @@ class StreamingDataset(Operations):
         By default: where this process's pass in progress is (counting whole global steps),
         else the start of the next pass. None for a dataset with no streams.
         """
-        if self.streams is None:
+        if not self._mixed:
             return None
         if epoch is None or position is None:
             here = self.cursor.where()
             epoch = here[0] if epoch is None else epoch
             position = here[1] if position is None else position
         return self.cursor.order.weights_at(epoch, position)
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards of all streams (as mosaicml-streaming's ``num_shards``)."""
+        return len(self.shards)
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -333,6 +353,9 @@ class StreamingDataset(Operations):
         if self.batch_size is None and (world.readers > 1 or world.workers > 1):
             warn_unset_batch_size(self, ONE_PER_STEP, world)
         current = self.cursor.begin(world)
+        if not self.__dict__.get("_block_checked"):  # once per dataset (and per worker copy)
+            self._block_checked = True
+            warn_small_shuffle_block(current.plan, self.shard_sizes)
         first = self.table.cached and not self.__dict__.get("_working_set_checked")
         if first:  # once per dataset (and per worker copy)
             self._working_set_checked = True

@@ -27,6 +27,11 @@ from .stream import resolve_weights
 class MixedOrder(SingleOrder):
     def __init__(self, stream_sizes: list[np.ndarray], options, fingerprint: str, *, choose, schedule,
                  epoch_size: Optional[int], description: dict) -> None:
+        if options.epoch_tail == "mosaic":
+            raise InvalidArgumentError(
+                "epoch_tail='mosaic' sizes the epoch of a dataset read from one source; a dataset mixed from "
+                "streams (or given epoch_size) counts its epoch exactly: use epoch_tail='pad' or 'drop' "
+                "(see docs/migrating.md)")
         sizes = np.concatenate(stream_sizes) if stream_sizes else np.zeros(0, np.int64)
         super().__init__(sizes, options, fingerprint)
         self.stream_sizes = stream_sizes

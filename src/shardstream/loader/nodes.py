@@ -172,9 +172,11 @@ class Consumed:
             return self.dataset.mixture_weights()
         return self.dataset.mixture_weights(min(self.position, cur.plan.end), cur.epoch)
 
-    def length(self, world) -> int:
-        """Global steps of the pass in progress, else of the next one, for ``world``."""
+    def length(self, world, drop_last: bool = False) -> int:
+        """Global steps of the pass in progress, else of the next one, for ``world``; with
+        ``drop_last``, less a short last step (only ``epoch_tail="mosaic"`` makes one)."""
         cur = self._counted() if not self.finished else None
         if cur is None:
             cur = self.cursor.upcoming(world)
-        return cur.steps
+        last, batch = getattr(cur.plan, "last", 0), getattr(cur.plan, "batch", 0)
+        return cur.steps - int(drop_last and 0 < last < batch)

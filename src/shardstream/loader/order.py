@@ -67,6 +67,22 @@ class SingleOrder:
             plan = self._plans[spec]
         return plan
 
+    def _check_mosaic(self, spec: PlanSpec) -> None:
+        """With ``epoch_tail="mosaic"``, what mosaicml-streaming refuses when an epoch starts is refused too."""
+        if spec.tail != "mosaic":
+            return
+        if not isinstance(self.options.batch_size, int):
+            raise InvalidArgumentError(
+                "Please pass `batch_size` to StreamingDataset. It should be set the same as the DataLoader, and is "
+                "the number of samples per batch, for each device: epoch_tail='mosaic' sizes epochs in batches as "
+                "mosaicml-streaming does, so it is not taken from the loader")
+        samples = int(self.sizes.sum())
+        if spec.shuffle and spec.algo == "py1e" and samples < spec.num_canonical_nodes:
+            raise InvalidArgumentError(
+                f"The number of samples assigned to a canonical node is 0: the dataset has {samples} sample(s) and "
+                f"num_canonical_nodes={spec.num_canonical_nodes}. With epoch_tail='mosaic' such a dataset is refused "
+                "as mosaicml-streaming refuses it; reduce num_canonical_nodes (or use epoch_tail='pad')")
+
     def global_batch(self, world: World) -> int:
         return (self.options.batch_size or 1) * world.readers
 
@@ -77,11 +93,17 @@ class SingleOrder:
     # -- passes --------------------------------------------------------------------------
     def fresh(self, epoch: int, world: World) -> Pass:
         """Epoch ``epoch`` from its start."""
-        return Pass(epoch, self.plan(self.spec(world)).epoch(epoch, self.global_batch(world)), 0, world)
+        self._check_mosaic(self.spec(world))
+        return Pass(epoch, self.plan(self.spec(world)).epoch(epoch, self.global_batch(world), world=world), 0, world)
 
     def resume(self, point: ResumePoint, world: World):
         """The pass that continues ``point``, or None if its epoch was complete."""
-        segment = self.plan(self.spec(world)).epoch(point.epoch, point.global_batch, point.origin, point.base)
+        plan = self.plan(self.spec(world))
+        self._check_mosaic(plan.spec)
+        if plan.spec.tail == "mosaic":  # sized from the samples consumed, for this world
+            segment = plan.epoch(point.epoch, self.global_batch(world), point.position, world=world)
+            return Pass(point.epoch, segment, point.position, world) if segment.steps else None
+        segment = plan.epoch(point.epoch, point.global_batch, point.origin, point.base)
         if point.position < segment.end:
             return Pass(point.epoch, segment.resume(point.position, self.global_batch(world)), point.position, world)
         return None
@@ -123,7 +145,7 @@ class SingleOrder:
 
     def epoch_plan(self, epoch: int, world: World):
         """The plan of ``epoch`` for ``world``."""
-        return self.plan(self.spec(world)).epoch(epoch, self.global_batch(world))
+        return self.plan(self.spec(world)).epoch(epoch, self.global_batch(world), world=world)
 
     def _spec_with(self, canonical: int) -> PlanSpec:
         o = self.options

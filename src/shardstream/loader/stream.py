@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotYetSupportedError, TemporaryDirectoryExistsError
 from ..format.source import get_format
 from ..keywords import checked_keywords
 from ..plan.mix import SCHEDULE_KINDS, Schedule
@@ -54,7 +56,7 @@ class Stream:
             raise InvalidArgumentError(
                 f"a Stream takes at most one of proportion, repeat and choose; got {', '.join(given)}")
         if remote is None and local is None:
-            raise InvalidArgumentError("a Stream needs remote=... or local=... (or both)")
+            local = _new_temporary_local(split)
         self.remote = remote
         self.local = local
         self.split = split
@@ -171,6 +173,28 @@ def described(streams: Sequence[Stream], samples: np.ndarray, counts: np.ndarray
     return out
 
 
+def one_stream(stream: Optional[Stream], samples: int, **where) -> list[Stream]:
+    """``dataset.streams`` of a dataset read from one source, as mosaicml-streaming gives it: a copy of
+    the stream the registry built (or a ``Stream(**where)`` describing the source), taking all of it."""
+    s = copy.copy(stream) if stream is not None else Stream(**where)
+    s.samples, s.choose, s.repeat, s.proportion = samples, samples, 1.0, 1.0
+    return [s]
+
+
+def _new_temporary_local(split: Optional[str]) -> str:
+    """``Stream()`` with neither remote nor local: a new directory in the temporary directory (its
+    ``split`` subdirectory), made now, as mosaicml-streaming does; one that exists is refused."""
+    path = os.path.join(tempfile.gettempdir(), "", split or "")
+    try:
+        os.makedirs(path)
+    except FileExistsError:
+        raise TemporaryDirectoryExistsError(
+            f"Could not create a temporary local directory {path} because it already exists: Stream() with no "
+            "remote and no local makes a new one. Pass local= (the directory of the dataset), or delete this "
+            "directory and retry") from None
+    return path
+
+
 def _non_negative(name: str, value) -> Optional[float]:
     if value is None:
         return None
@@ -186,6 +210,21 @@ def _count(name: str, value) -> int:
     return n
 
 
+# mosaicml-streaming's Stream methods that download or read shards: a subclass's versions would never run
+UNCALLED_HOOKS = ("_download_file", "_decompress_shard_part", "_prepare_shard_part", "prepare_shard", "get_shards",
+                  "set_up_local", "get_index_size", "apply_default", "_get_temporary_directory")
+
+
+def refuse_uncalled_hooks(cls: type) -> None:
+    """Refuse a Stream subclass that overrides a mosaicml-streaming hook shardstream never calls."""
+    hooks = [h for h in UNCALLED_HOOKS if getattr(cls, h, None) is not getattr(Stream, h, None)]
+    if hooks:
+        raise NotYetSupportedError(
+            f"{cls.__name__} overrides {hooks}, mosaicml-streaming's hooks for downloading and reading shards; "
+            "shardstream downloads (through fsspec: pass storage_options=) and reads shards itself and would "
+            "never call them. Point the stream at its data with remote=/local= in __init__ instead")
+
+
 def check_streams(streams) -> list[Stream]:
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
         raise InvalidArgumentError(f"streams={streams!r} must be a non-empty list of shardstream.Stream")
@@ -194,14 +233,19 @@ def check_streams(streams) -> list[Stream]:
         raise InvalidArgumentError(
             f"streams[{bad[0]}] is a {type(streams[bad[0]]).__name__}, not a shardstream.Stream; build it with "
             "shardstream.Stream(remote=..., local=..., proportion=...)")
+    for s in streams:
+        refuse_uncalled_hooks(type(s))
     return list(streams)
 
 
-def places(streams, remote, local, defaults: StreamOptions, mixed: bool) -> list[tuple]:
-    """``(stream or None, remote, local, options)`` of each stream to open (one without streams)."""
+def places(streams, remote, local, defaults: StreamOptions, mixed: bool, single: Optional[Stream] = None) -> list[tuple]:
+    """``(stream or None, remote, local, options)`` of each stream to open (one without streams).
+    ``single``: the one stream the streams registry built for a dataset given no ``streams``."""
     if not mixed:
+        if single is not None:
+            return [(single, single.remote, single.local, single.options(defaults))]
         return [(None, remote, local, defaults)]
     if streams is not None and (remote is not None or local is not None):
         raise InvalidArgumentError("give either streams=[...] or remote=/local=, not both")
-    streams = check_streams(streams if streams is not None else [Stream(remote=remote, local=local)])
+    streams = check_streams(streams if streams is not None else [single or Stream(remote=remote, local=local)])
     return [(st, st.remote, st.local, st.options(defaults)) for st in streams]

@@ -159,6 +159,6 @@ class ShardTable:
         run code from the data."""
         for i, name, enc in self.unsafe_columns():
             raise UnsafeEncodingError(
-                f"column {name!r} (shard {i}) uses encoding {enc!r}, which can run arbitrary code "
-                "when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
+                f"column {name!r} (shard {i}) contains an unsafe type: encoding {enc!r}, which can run arbitrary "
+                "code when read; pass allow_unsafe_types=True only if you trust who wrote this dataset"
             )

@@ -7,9 +7,9 @@ environment; every random choice derives from integers.
 
 from .epoch import EpochPlan, Plan, PlanSpec
 from .partition import World
-from .settings import (BATCHING_METHODS, EPOCH_TAILS, PARTITION_ALGOS, SAMPLING_METHODS, SHUFFLE_ALGOS,
+from .settings import (BATCHING_METHODS, EPOCH_TAILS, PARTITION_ALGOS, SAMPLING_METHODS, SHUFFLE_ALGOS, STEP_TAILS,
                        default_block_size)
 from .shuffle import interleave_shape
 
-__all__ = ["BATCHING_METHODS", "EPOCH_TAILS", "PARTITION_ALGOS", "SAMPLING_METHODS", "SHUFFLE_ALGOS", "EpochPlan",
-           "Plan", "PlanSpec", "World", "default_block_size", "interleave_shape"]
+__all__ = ["BATCHING_METHODS", "EPOCH_TAILS", "PARTITION_ALGOS", "SAMPLING_METHODS", "SHUFFLE_ALGOS", "STEP_TAILS",
+           "EpochPlan", "Plan", "PlanSpec", "World", "default_block_size", "interleave_shape"]

@@ -78,7 +78,14 @@ class Plan:
     def num_regions(self) -> int:
         return self.run.num_regions
 
-    def epoch(self, epoch: int, global_batch: int, origin: int = 0, base=None) -> EpochPlan:
+    def epoch(self, epoch: int, global_batch: int, origin: int = 0, base=None, world=None) -> EpochPlan:
+        """Epoch ``epoch`` at ``global_batch`` from ``origin``; ``epoch_tail="mosaic"`` sizes it for ``world``."""
+        if self.spec.tail == "mosaic":
+            from .mosaic import MosaicEpoch, partition_shape
+
+            if world is None:
+                raise InvalidArgumentError("epoch_tail='mosaic' sizes each epoch for the ranks that read it: pass world=")
+            return MosaicEpoch(self, epoch, global_batch, *partition_shape(world), origin)
         return EpochPlan(self, epoch, global_batch, origin, base)
 
 
@@ -107,7 +114,7 @@ class EpochPlan(StepCut):
         self.key = derive(spec.seed, self.epoch, PURPOSE_EPOCH, SHUFFLE_ALGOS.index(spec.algo))
         self.lengths = plan.run.region_lengths()
         self.schedule = RegionInterleave(regions, self.global_batch)
-        self.steps = self.schedule.steps(self.lengths - self.base, spec.tail)
+        self.steps = self.schedule.steps(self.lengths - self.base, spec.tail) if spec.tail != "mosaic" else 0
 
     # -- sizes ------------------------------------------------------------------------
     @property

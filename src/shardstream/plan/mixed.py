@@ -300,7 +300,8 @@ class MixedEpoch(StepCut):
             if starved:
                 named = ", ".join(map(str, starved[:10])) + (f" and {len(starved) - 10} more" if len(starved) > 10 else "")
                 raise InvalidArgumentError(
-                    f"with batching_method='stratified', streams [{named}] get no sample of a global batch of {g}; "
+                    f"Number of samples for stream {starved[0]} is 0 in each global batch: with "
+                    f"batching_method='stratified', streams [{named}] get no sample of a global batch of {g}; "
                     "raise the batch size or their proportions")
             self._share = share
         self._checkpoints = [np.zeros(self.counts.size, np.int64)]

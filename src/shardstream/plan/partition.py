@@ -172,10 +172,18 @@ class StepCut:
         return (self.origin + ks[:, None] * self.global_batch + world.reader * bs
                 + np.arange(bs, dtype=np.int64)[None, :])
 
+    def steps_done(self, world: World, start: int, yielded: int) -> int:
+        """How many of the worker's steps from ``start`` on are wholly read after ``yielded`` samples."""
+        return yielded // max(self.device_batch(world), 1)
+
     def iter_worker(self, world: World, start: int | None = None,
                     chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(steps, sample_ids)`` chunks of the worker's share, ``sample_ids`` one row per step."""
-        steps = self.worker_steps(world, start)
+        return self.iter_steps(world, self.worker_steps(world, start), chunk)
+
+    def iter_steps(self, world: World, steps: range,
+                   chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(steps, sample_ids)`` chunks of ``world``'s share of whole ``steps``."""
         per = max(1, chunk // max(self.device_batch(world), 1))
         for i in range(0, len(steps), per):
             ks = np.asarray(steps[i:i + per], np.int64)

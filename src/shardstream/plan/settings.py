@@ -15,8 +15,10 @@ SHUFFLE_ALGOS = ("naive", "py1b", "py1br", "py1e", "py1s", "py2s")
 DEFAULT_SHUFFLE_ALGO = "py1e"
 DEFAULT_SHUFFLE_SEED = 9176
 
-# What happens to the last global batch of an epoch when the samples do not fill it.
-EPOCH_TAILS = ("pad", "drop")
+# What happens to the last global batch of an epoch when the samples do not fill it. ``mosaic``
+# sizes the epoch as mosaicml-streaming does, with a short last step (see plan/mosaic.py).
+EPOCH_TAILS = ("pad", "drop", "mosaic")
+STEP_TAILS = ("pad", "drop")  # the tails of whole global steps, planned without knowing the world
 DEFAULT_EPOCH_TAIL = "pad"
 
 # Which worlds may read an order (never the order itself): ``orig`` needs the canonical node count to be
@@ -40,4 +42,5 @@ def default_block_size(num_canonical_nodes: int) -> int:
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
     """Raise :class:`InvalidArgumentError` naming ``name`` and the choices unless ``value`` is one."""
     if value not in allowed:
-        raise InvalidArgumentError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        raise InvalidArgumentError(f"Invalid {name.replace('_', ' ')}: {value}. {name}={value!r} is not one of "
+                                   f"{', '.join(allowed)}")

@@ -19,6 +19,30 @@ def minimum_limit(resident: Sequence[int], peak: Sequence[int]) -> int:
     return max(resident) + max(peak)
 
 
+def check_index_limit(limit: int, index_bytes: int) -> None:
+    """Refuse a ``limit`` not above the cached index files' ``index_bytes``, as mosaicml-streaming does
+    (its words open the message)."""
+    if limit <= index_bytes:
+        raise CacheLimitError(
+            f"Minimum cache usage ({index_bytes} bytes) is larger than the cache limit ({limit} bytes): the "
+            f"cached index files alone take that much. Please raise `cache_limit`, as high as the disk allows")
+
+
+SHARD_FACTOR = 4  # the limit holds at least this many of the largest shard, as mosaicml-streaming requires
+
+
+def check_shard_limit(limit: int, largest: int) -> None:
+    """Refuse a ``limit`` below :data:`SHARD_FACTOR` times the ``largest`` shard's peak footprint (its raw
+    and zip files together), as mosaicml-streaming does (its words open the message)."""
+    need = SHARD_FACTOR * largest
+    if limit < need:
+        raise CacheLimitError(
+            f"Cache limit ({limit} bytes) is too low. Increase the `cache_limit` to at-least four times the "
+            f"largest shard size ({largest} bytes) which includes raw (decompressed) and zip (compressed) file "
+            f"size: at least {need} bytes, so that a shard in use, the next ones arriving and their compressed "
+            "copies fit. Recommendation is to provide a `cache_limit` as high as possible to avoid thrashing")
+
+
 def check_limit(limit: int, need: int) -> None:
     """Refuse a single cache's ``limit`` below ``need`` (its :func:`minimum_limit`)."""
     if limit < need:

@@ -195,17 +195,28 @@ class ShardCache:
 
     def unpin(self, i: int) -> None:
         slot = self._slot(i)
+        deleted = False
         with slot.mutex:
             if slot.refs <= 0:
                 raise InvalidArgumentError(f"shard {i} is not pinned")
             slot.refs -= 1
             if slot.refs == 0:
                 slot.reader = None  # the mapping goes when the last sample view of it does
+                # held under a shared lock, the file cannot have been evicted: someone deleted it by hand
+                deleted = self.fetcher is not None and not slot.over and not self.present(i)
                 slot.lock.release()
                 slot.lock = None
                 if slot.over:
                     slot.over = False
                     self.space.repay(i, self.limit)
+        if deleted:
+            self._restore(i)
+
+    def _restore(self, i: int) -> None:
+        """Fetch again a shard whose cached file was deleted while this process read it (from its mapping),
+        as mosaicml-streaming fetches a shard found missing on read; only if the limit leaves room."""
+        if self.pin(i, must=False, blocking=False):
+            self.unpin(i)  # present now, so this unpin fetches nothing
 
     def over(self, i: int) -> bool:
         """Whether this process's pin on shard ``i`` went beyond the limit (it is evicted at unpin)."""

@@ -14,6 +14,9 @@ own, byte for byte or entry for entry (an earlier mosaicml-streaming cache of th
 or the local half of ``MDSWriter(out=(local, remote))``), or whose index record from an earlier
 shardstream names this remote, is taken over as this remote's cache.
 
+A directory holding only unfinished downloads (``*.tmp`` files) is an interrupted cache: they are
+deleted and it is claimed as an empty one.
+
 A ``local=`` that is the remote's own directory, or lies inside it, is not a cache at all: the
 dataset is read in place (see :func:`within`).
 """
@@ -49,7 +52,7 @@ def claim(dirname: str, fetcher: Fetcher, fmt: Optional[ShardFormat] = None) -> 
         if not same_remote(owner, fetcher.remote):
             raise _refusal(dirname, fetcher.remote, f"is the cache of {owner}")
         return False
-    contents = _contents(dirname)
+    contents = _drop_interrupted(dirname, _contents(dirname))
     adopted = False
     if contents and not _recorded(dirname, fetcher, fmt):
         if fmt.index_name not in contents:
@@ -103,6 +106,17 @@ def _refusal(dirname: str, remote: str, what: str) -> CacheDirectoryError:
     )
 
 
+def _drop_interrupted(dirname: str, contents: list[str]) -> list[str]:
+    """A directory holding nothing but unfinished downloads (``*.tmp`` files, what a download killed
+    midway leaves, by shardstream or mosaicml-streaming) is an interrupted cache: they are deleted, and
+    it is then empty. Anything else in it keeps them all."""
+    if not contents or not all(n.endswith(".tmp") and os.path.isfile(os.path.join(dirname, n)) for n in contents):
+        return contents
+    for name in contents:
+        remove_quietly(os.path.join(dirname, name))
+    return []
+
+
 def _contents(dirname: str) -> list[str]:
     """The names in ``dirname`` other than the cache's metadata folder (none if it does not exist)."""
     try:
@@ -138,6 +152,11 @@ def _same_index(dirname: str, fetcher: Fetcher, fmt: ShardFormat) -> bool:
         return fmt.read_shards(dirname) == fmt.parse_index(theirs, fetcher.url(name))
     except (OSError, ShardstreamError):  # unreadable or not an index: not this remote's
         return False
+
+
+def cache_owner(dirname: str) -> Optional[str]:
+    """The remote whose cache ``dirname`` is, by its marker; None if it has none."""
+    return _owner(os.path.join(dirname, META, MARKER))
 
 
 def _owner(marker: str) -> Optional[str]:

@@ -38,7 +38,7 @@ def _signature(fetcher: Fetcher, name: str) -> Optional[dict]:
         if _is_file(fetcher):
             raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
         raise IndexNotFoundError(
-            f"no {name} at {fetcher.url(name)}; is remote= the dataset directory "
+            f"no {name} at {fetcher.url(name)} (No such file or directory); is remote= the dataset directory "
             "(or does it need split=...)?"
         ) from None
     except Exception:  # a store without metadata requests: fall back to the cached copy

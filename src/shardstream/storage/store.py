@@ -13,10 +13,11 @@ limit decided first (see :mod:`.budget`).
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Protocol, Sequence
 
 from ..format.source import ShardFormat, ShardRows
-from .budget import minimum_limit, split_limit
+from .budget import check_index_limit, check_shard_limit, minimum_limit, split_limit
 from .cache import ShardCache
 from .local import LocalStore
 from .streams import OpenedStream
@@ -72,8 +73,13 @@ class Store(Protocol):
 def open_stores(opened: Sequence[OpenedStream], cache_limit: Optional[int]) -> list[Store]:
     """One store per stream: a :class:`ShardCache` for a stream with a remote, a :class:`LocalStore`
     for one without. ``cache_limit`` (bytes) is split among the streams with a remote by their
-    size (:func:`~shardstream.storage.budget.split_limit`): a too-small limit is refused with
-    :class:`~shardstream.errors.CacheLimitError` before any store is made."""
+    size (:func:`~shardstream.storage.budget.split_limit`). A limit not above every stream's index
+    files, below four times the largest shard of any stream, or whose share leaves a cached stream too
+    little, is refused with :class:`~shardstream.errors.CacheLimitError` before any store is made."""
+    if cache_limit is not None:  # as mosaicml-streaming: every stream counts, with a remote or not
+        check_index_limit(cache_limit, sum(_index_bytes(o) for o in opened))
+        check_shard_limit(cache_limit, max((o.format.footprint(s, fetched=True) for o in opened
+                                            for s in o.shards), default=0))
     sizes: list[Optional[int]] = []
     minimums: list[int] = []
     for o in opened:
@@ -86,6 +92,16 @@ def open_stores(opened: Sequence[OpenedStream], cache_limit: Optional[int]) -> l
         minimums.append(minimum_limit([o.format.resident_file(s).bytes for s in o.shards], peak))
     shares = split_limit(cache_limit, sizes, minimums)
     return [_store(o, share) for o, share in zip(opened, shares)]
+
+
+def _index_bytes(o: OpenedStream) -> int:
+    """The size of the stream's index file in its directory (0 for a format without one)."""
+    if not o.format.index_name:
+        return 0
+    try:
+        return os.path.getsize(os.path.join(o.dirname, o.format.index_name))
+    except OSError:
+        return 0
 
 
 def _store(o: OpenedStream, limit: Optional[int]) -> Store:

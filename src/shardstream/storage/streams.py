@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence
 
-from ..errors import IndexNotFoundError, InvalidArgumentError, NotADatasetError
+from ..errors import EmptyStreamError, IndexNotFoundError, InvalidArgumentError, LocalIndexMissingError, NotADatasetError
 from ..format.source import get_format, is_file_format
 from .claim import within
 from .fetch import Fetcher
@@ -16,6 +16,7 @@ from .opened import OpenedStream
 from .filestreams import files_beside, infer_format, open_file_stream
 from .fs import default_local, is_remote, join, local_path
 from .index import local_index
+from .localcopy import local_copy
 from .options import StreamOptions
 
 #: ``(stream or None, remote, local, options)``: one stream to open, as the user described it
@@ -42,8 +43,18 @@ def open_streams(places: Sequence[Place], storage_options: Optional[dict]) -> li
             _share(first_at, o.dirname, o.remote)
         else:
             o = _open(place[0], *where, place[3], storage_options)
+        _refuse_empty(o)
         opened.append(o)
     return opened
+
+
+def _refuse_empty(o: OpenedStream) -> None:
+    """A stream with no samples is refused, as mosaicml-streaming does (its words open the message)."""
+    if o.samples == 0:
+        index = os.path.join(o.dirname, o.format.index_name) if o.format.index_name else o.dirname
+        raise EmptyStreamError(
+            f"Stream contains no samples: {index}. It lists {len(o.shards)} shards and 0 samples; write samples "
+            "into the dataset, or leave this stream out")
 
 
 def _share(first_at: dict, dirname: str, remote: Optional[str]) -> None:
@@ -71,18 +82,34 @@ def _open(stream: Any, remote: Optional[str], local: str, dirname: str, options:
             if options.format is not None or isinstance(exc, NotADatasetError):
                 raise
             found = files_beside(remote, storage_options, options)  # a directory of data files, not of MDS shards
-            if found is None:
+            if found is not None:
+                return open_file_stream(stream, remote, None if local == default_local(remote) else local, options,
+                                        found, storage_options)
+            shards = local_copy(dirname, fetcher, fmt, exc)  # the remote has no index; local has a whole dataset
+            if shards is None:
                 raise
-            return open_file_stream(stream, remote, None if local == default_local(remote) else local, options,
-                                    found, storage_options)
+            remote, fetcher = None, None  # read in place from now on
     else:
-        fetcher, shards = None, fmt.read_shards(dirname)
+        fetcher, shards = None, _read_local(fmt, dirname)
     if options.columns is not None:
         raise InvalidArgumentError(
             f"columns={list(options.columns)} selects the columns of data files (Parquet, Arrow, JSON Lines, CSV); "
             f"the {fmt.name} stream at {remote or local!r} is read whole: leave columns out for it (Stream(..., "
             "columns=...) per stream) and pick columns per pass with iterate(columns=...) or batches(columns=...)")
     return OpenedStream(stream, remote, local, dirname, shards, fetcher, options)
+
+
+def _read_local(fmt, dirname: str) -> list:
+    """The shards of a dataset with no remote; a missing index is also a ``RuntimeError`` (as in
+    mosaicml-streaming, whose words open the message)."""
+    try:
+        return fmt.read_shards(dirname)
+    except IndexNotFoundError as exc:
+        if isinstance(exc, NotADatasetError):
+            raise
+        path = os.path.join(dirname, fmt.index_name or "")
+        raise LocalIndexMissingError(f"No `remote` provided, but local file {path} does not exist either: {exc}") \
+            from None
 
 
 def locate(remote: Optional[str], local: Optional[str], split: Optional[str]) -> tuple[Optional[str], str, str]:

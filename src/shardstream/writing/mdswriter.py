@@ -55,7 +55,7 @@ class MDSWriter(ShardWriter):
                 out.write(sample)
     """
 
-    @checked_keywords()
+    @checked_keywords(kind="Writer")
     def __init__(
         self,
         *,
@@ -97,6 +97,12 @@ class MDSWriter(ShardWriter):
             else:
                 self._release()
             raise
+
+    def get_config(self) -> dict[str, Any]:
+        """The shard-writing settings, as mosaicml-streaming's ``get_config()`` gives them (and as every
+        shard's entry in ``index.json`` records them): ``version``, ``format``, ``compression``,
+        ``hashes``, ``size_limit``, ``column_names``, ``column_encodings`` and ``column_sizes``."""
+        return {k: list(v) if isinstance(v, list) else v for k, v in self._config().items()}
 
     def _on_file(self, path: str, basename: str) -> None:
         if basename == INDEX_BASENAME:

@@ -14,16 +14,17 @@ from ..storage.fs import filesystem, is_remote
 from ..storage.upload import Uploader
 
 IndexRef = Union[str, tuple[str, str]]
+_FILE_FIELDS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
 
 def prefix_shards(shards: list[ShardInfo], prefix: str) -> list[ShardInfo]:
     """Shard entries of a sub-dataset as seen from its parent directory."""
     check_basename(prefix, "merge prefix")
     out = []
-    for s in shards:
-        raw = dataclasses.replace(s.raw_data, basename=posixpath.join(prefix, s.raw_data.basename))
-        zipped = s.zip_data and dataclasses.replace(s.zip_data, basename=posixpath.join(prefix, s.zip_data.basename))
-        out.append(dataclasses.replace(s, raw_data=raw, zip_data=zipped))
+    for s in shards:  # an MDS shard's data files; a JSON/CSV/TSV/XSV shard's ``.meta`` files too
+        moved = {key: dataclasses.replace(f, basename=posixpath.join(prefix, f.basename))
+                 for key in _FILE_FIELDS if (f := getattr(s, key, None)) is not None}
+        out.append(dataclasses.replace(s, **moved))
     return out
 
 
