@@ -175,13 +175,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--files", type=int, default=DEFAULT_FILES)
     ap.add_argument("--repeats", type=int, default=1, help="runs (each in a fresh process) per case")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
-    ap.add_argument("--wait", type=float, default=30.0, help="before each measurement, wait up to this many "
-                    "seconds for the CPUs to be at most 25%% busy (0: never wait)")
-    ap.add_argument("--data", default=DATA, help="where the Parquet files are kept (reused by later runs)")
-    ap.add_argument("--keep-data", action="store_true", help="keep the outputs and the runs' logs")
-    ap.add_argument("--out", help="Markdown report")
-    ap.add_argument("--json", help="raw results")
-    ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
+    common.add_run_options(ap, DATA, "the Parquet files")
     return ap
 
 

@@ -164,13 +164,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=0, help="samples of the sequential pass (0: all)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated subset of json,csv")
     ap.add_argument("--compressions", default="none,zstd", help="comma-separated subset of none,zstd")
-    ap.add_argument("--wait", type=float, default=30.0, help="before each measurement, wait up to this many "
-                    "seconds for the CPUs to be at most 25%% busy (0: never wait)")
-    ap.add_argument("--data", default=DATA, help="where the samples are kept (reused by later runs)")
-    ap.add_argument("--keep-data", action="store_true", help="keep the outputs and the runs' logs")
-    ap.add_argument("--out", help="Markdown report")
-    ap.add_argument("--json", help="raw results")
-    ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
+    common.add_run_options(ap, DATA, "the samples")
     return ap
 
 

@@ -343,3 +343,15 @@ def publish(R: dict, render: Callable[[dict], str], script: str, out: str | None
     if json_path:
         with open(json_path, "w") as f:
             json.dump(R, f, indent=1)
+
+
+def add_run_options(ap, data: str, what: str, wait: float = 30.0) -> None:
+    """The options every section's command line shares: the CPU wait, where its ``what`` (input data) is kept,
+    keeping the outputs, and where the report and raw results go (or re-rendering them)."""
+    ap.add_argument("--wait", type=float, default=wait, help="before each measurement, wait up to this many "
+                    "seconds for the CPUs to be at most 25%% busy (0: never wait)")
+    ap.add_argument("--data", default=data, help=f"where {what} are kept (reused by later runs)")
+    ap.add_argument("--keep-data", action="store_true", help="keep the outputs and the runs' logs")
+    ap.add_argument("--out", help="Markdown report")
+    ap.add_argument("--json", help="raw results")
+    ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
