@@ -414,4 +414,4 @@ def encoding_names() -> list[str]:
     return sorted(builtin_encoding_names() | set(registered_encodings))
 
 
-from .customencodings import registered_encodings, register_encoding  # noqa: E402  (it uses Encoding above)
+from .customencodings import registered_encodings  # noqa: E402  (it uses Encoding above)
