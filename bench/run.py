@@ -5,8 +5,9 @@
 Generates the workload once (bench/common.py, fixed seed), then runs each library's
 benchmark in its own subprocess and virtualenv, one after the other (never in
 parallel), and writes a Markdown report (``--out``) plus the raw results as JSON
-(``--json``, default: ``--out`` with ``.json``). Data lives under ``--work``
-(default bench/.data/work) and is deleted at the end unless ``--keep-data``.
+(``--json``, default: ``--out`` with ``.json``) and, beside the report, PNG charts of the main ratios
+(bench/charts.py: ``<out stem>-throughput.png``, ``-resume.png``, ``-cache.png``), which the report shows.
+Data lives under ``--work`` (default bench/.data/work) and is deleted at the end unless ``--keep-data``.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ sys.path.insert(0, HERE)
 import bench_convert
 import bench_files
 import bench_loader
+import bench_loader_stats
 import bench_mix
 import bench_pipeline
 import bench_plan
 import bench_remote
 import bench_textshards
+import charts
 import common
 from common import get, log
 
@@ -192,7 +195,8 @@ def summarize_targets(R: dict) -> list[dict]:
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
             + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
             + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert"))
-            + bench_textshards.target_rows(R.get("textshards")))
+            + bench_textshards.target_rows(R.get("textshards"))
+            + bench_loader_stats.target_rows(R.get("loader_stats")))
 
 
 def _loader_targets(L: dict | None) -> list[dict]:
@@ -221,7 +225,8 @@ def _target(name: str, ours, theirs, need: float) -> dict:
             "ratio": ratio(ours, theirs), "required": f">= {need:g}x", "met": ok}
 
 
-def render(R: dict) -> str:
+def render(R: dict, images: list[tuple[str, str]] = ()) -> str:
+    """The report; ``images``: ``[(caption, file name), ...]`` of the charts drawn beside it (charts.draw)."""
     cfg, mach = R["config"], R["machine"]
     ss, mo, lit = R.get("shardstream", {}), R.get("mosaic", {}), R.get("litdata", {})
     L = ["# shardstream benchmarks", "",
@@ -239,6 +244,7 @@ def render(R: dict) -> str:
            f"numpy {mo.get('numpy') or lit.get('numpy') or '?'} (peer venv)"), "",
           ("Command: `make bench`, which runs" if R["make_form"] else "Command:"), "", "```", R["command"], "```",
           ""]
+    L += charts.markdown(list(images))
     for side in SIDES:
         if R.get(side, {}).get("error"):
             L += [f"**{NAMES[side]} failed** ({R[side]['error']}); its rows are missing. stderr tail:", "",
@@ -386,6 +392,8 @@ def render(R: dict) -> str:
     if R.get("loader"):
         L += [bench_loader.markdown(R["loader"]).replace("## PyTorch DataLoader", f"## {n}. PyTorch DataLoader", 1),
               ""]
+        if R.get("loader_stats"):
+            L += [bench_loader_stats.markdown(R["loader_stats"]), ""]
         n += 1
     if R.get("mix"):
         L += [bench_mix.markdown(R["mix"]).replace("## Mixing many streams", f"## {n}. Mixing many streams", 1), ""]
@@ -458,6 +466,9 @@ def main() -> None:
     ap.add_argument("--loader-wait", type=float, default=30.0,
                     help="before each DataLoader measurement, wait up to this many seconds for the CPUs to be "
                     "at most 25%% busy (0: never wait)")
+    ap.add_argument("--loader-stats-repeats", type=int, default=bench_loader_stats.DEFAULT_REPEATS,
+                    help="rounds of stats off / on processes per loader setting in the DataLoader section's stats "
+                    "subsection (bench/bench_loader_stats.py; 0 to skip)")
     ap.add_argument("--mix-streams", default=",".join(map(str, bench_mix.DEFAULT_STREAMS)),
                     help="stream counts of the stream-mixing section (bench/bench_mix.py; comma-separated, empty "
                     "to skip)")
@@ -493,7 +504,7 @@ def main() -> None:
             R = json.load(f)
         R["summary"] = summarize_targets(R)
         with open(args.out, "w") as f:
-            f.write(render(R))
+            f.write(render(R, draw_charts(R, args.out)))
         log(f"re-rendered {args.out} from {args.from_json}")
         return
     total_start = time.perf_counter()
@@ -548,6 +559,8 @@ def main() -> None:
         wrong = bench_loader.failed(R["loader"])
         if wrong:
             log(f"!! DataLoader section: failed or wrong: {', '.join(wrong)}")
+    if args.loader_samples and args.loader_stats_repeats:
+        R["loader_stats"] = _run_loader_stats(args)
     if args.mix_streams:
         R["mix"] = bench_mix.run_mix(os.path.join(work, "mix"), args.peer_python,
                                      bench_mix.parse_streams(args.mix_streams), repeats=args.mix_repeats,
@@ -574,7 +587,7 @@ def main() -> None:
     out_json = args.json or os.path.splitext(args.out)[0] + ".json"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write(render(R))
+        f.write(render(R, draw_charts(R, args.out)))
     with open(out_json, "w") as f:
         json.dump(R, f, indent=1)
     log(f"wrote {args.out} and {out_json} in {R['total_s']:.0f}s total")
@@ -610,10 +623,20 @@ def _run_textshards(args) -> dict:
     return R
 
 
+def _run_loader_stats(args) -> dict:
+    R = bench_loader_stats.run_stats(os.path.join(args.work, "loader-stats"), repeats=args.loader_stats_repeats,
+                                     keep_data=args.keep_data)
+    wrong = bench_loader_stats.failed(R)
+    if wrong:
+        log(f"!! DataLoader stats subsection: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
 ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
-        "textshards": ("textshards", _run_textshards, bench_textshards.markdown)}
+        "textshards": ("textshards", _run_textshards, bench_textshards.markdown),
+        "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown)}
 
 
 def run_only(args) -> None:
@@ -636,10 +659,23 @@ def run_only(args) -> None:
     R[ONLY[args.only][0]] = section
     R["summary"] = summarize_targets(R)
     with open(args.out, "w") as f:
-        f.write(render(R))
+        f.write(render(R, draw_charts(R, args.out)))
     with open(out_json, "w") as f:
         json.dump(R, f, indent=1)
     log(f"put the {args.only} section into {out_json} and re-rendered {args.out}")
+
+
+def draw_charts(R: dict, out: str) -> list[tuple[str, str]]:
+    """The charts of ``R`` drawn beside the report ``out`` (``docs/benchmarks.md`` ->
+    ``docs/benchmarks-*.png``); without matplotlib, none (the report then links none) and a hint."""
+    stem = os.path.splitext(os.path.basename(out))[0]
+    try:
+        images = charts.draw(R, os.path.dirname(os.path.abspath(out)), stem)
+    except ImportError as e:
+        log(f"!! no charts: {e}")
+        return []
+    log(f"drew {', '.join(file for _, file in images) or 'no chart'} beside {out}")
+    return images
 
 
 def _load() -> str:

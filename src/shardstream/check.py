@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional
+from typing import Optional
 
 from .errors import DownloadError, IndexNotFoundError
 from .format.atomic import remove_quietly
 from .format.index import INDEX_BASENAME, ShardInfo, read_index, shard_path
 from .format.inspect import inspect_dataset as _inspect_local
 from .format.textformat import INDEX_FORMAT
-from .format.verify import VerifyReport, verify_shards
+from .format.verify import ProgressArg, VerifyReport, verify_shards
 from .storage.fetch import Fetcher
 from .storage.fs import is_remote, local_path
 
@@ -45,14 +45,17 @@ def inspect_dataset(path: str, storage_options: Optional[dict] = None) -> dict:
         return _inspect_local(tmp) | {"path": path}
 
 
-def verify_dataset(path: str, decode_samples: bool = True, progress: Optional[Callable[[int, int], None]] = None,
+def verify_dataset(path: str, decode_samples: bool = True, progress: ProgressArg = None,
                    storage_options: Optional[dict] = None, cache: Optional[str] = None) -> VerifyReport:
     """Check every shard of the dataset at ``path`` (a directory or any fsspec URL): sizes,
     recorded digests, headers and, unless ``decode_samples=False``, every sample.
 
     Problems are collected in the report, not raised; a missing or unreadable index is raised.
     A remote dataset's shards are downloaded one at a time into a temporary directory and
-    deleted after their check, or kept in ``cache`` when given."""
+    deleted after their check, or kept in ``cache`` when given.
+
+    ``progress``: a progress bar on stderr (True), none (False), on a terminal only (None, the default), or
+    a callable ``(shards done, shards)``; a summary line is logged (logger ``shardstream``) in every case."""
     if not is_remote(path):
         dirname = local_path(path)
         return verify_shards(dirname, read_index(dirname), decode_samples, progress)

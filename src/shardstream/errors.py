@@ -251,3 +251,15 @@ class TextColumnsError(InvalidArgumentError, AssertionError):
     """``columns=`` of a JSON, CSV, TSV or XSV writer names an encoding those shards cannot hold, or a
     column name that holds the separator or the newline; an ``AssertionError`` too, as
     mosaicml-streaming raises there."""
+
+
+class StatsDisabledError(ShardstreamError, RuntimeError):
+    """``loader.stats()`` on a loader built without stats."""
+
+
+class ExportPathError(ShardstreamError, FileNotFoundError):
+    """A stats exporter was given a file path whose directory does not exist."""
+
+
+class PortInUseError(ShardstreamError, OSError):
+    """A stats exporter's HTTP endpoint could not listen on the port it was given."""

@@ -1,42 +1,17 @@
 """``shardstream`` command line: ``convert`` data to MDS; ``inspect`` and ``verify`` a dataset, local or remote; ``pipeline run`` and
-``pipeline validate`` a pipeline's YAML configuration."""
+``pipeline validate`` a pipeline's YAML configuration; ``profile`` a loader (see cli/profile.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 
 import shardstream
 from shardstream.cli.convert import add_convert_command
 from shardstream.cli.pipeline import add_pipeline_commands
+from shardstream.cli.profile import add_profile_command
 from shardstream.units import format_bytes
-
-
-class _Progress:
-    """A one-line progress bar on stderr, shown for long runs on a terminal (or with --progress)."""
-
-    def __init__(self, label: str, force: bool) -> None:
-        self.label = label
-        self.enabled = force or sys.stderr.isatty()
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.2 and done < total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        rate = done / max(now - self.start, 1e-9)
-        eta = (total - done) / rate if rate else 0
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} shards "
-                         f"{rate:.1f}/s eta {eta:.0f}s")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 EXIT_CODES = """exit status:
@@ -82,8 +57,8 @@ def _inspect(args) -> int:
 
 
 def _verify(args) -> int:
-    progress = _Progress("verify", args.progress)
-    report = shardstream.verify_dataset(args.path, decode_samples=not args.quick, progress=progress,
+    report = shardstream.verify_dataset(args.path, decode_samples=not args.quick,
+                                        progress=True if args.progress else None,
                                         storage_options=storage_options_of(args.storage_option), cache=args.cache)
     for p in report.problems:
         print(f"DAMAGED shard {p.shard} ({p.basename}): {p.error}")
@@ -114,7 +89,8 @@ def _add_location(p: argparse.ArgumentParser) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="shardstream", description="Convert data to MDS; inspect and verify MDS "
-                                                                     "datasets; run pipelines.",
+                                                                     "datasets; run pipelines; profile a loader "
+                                                                     "(docs/profile.md).",
                                      epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"shardstream {shardstream.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,10 +104,13 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="check files and digests but do not decode samples")
     p.add_argument("--cache", metavar="DIR", help="keep a remote dataset's downloaded shards in DIR "
                                                   "(default: a temporary directory, removed afterwards)")
-    p.add_argument("--progress", action="store_true", help="show the progress bar even when not on a terminal")
+    p.add_argument("--progress", action="store_true",
+                   help="show the progress bar and summary line even when not on a terminal "
+                        "(also SHARDSTREAM_PROGRESS=1; =0 silences them)")
     p.set_defaults(func=_verify)
     add_convert_command(sub)
     add_pipeline_commands(sub)
+    add_profile_command(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,66 +1,60 @@
-"""Progress of a conversion: a one-line bar on a terminal, a plain line every ``every`` seconds otherwise.
+"""Progress of a conversion: files and parts done of all, rows written, input bytes read of the total, the
+rate and the time left (estimated from the bytes, the one total known before reading).
 
-Shows files and parts done of all, rows written, input bytes read of the total, the rate and the time left
-(estimated from the bytes, the one total known before reading).
+A :class:`shardstream.progress.Progress` over the input bytes: a bar on a terminal, a plain line every
+few seconds when forced elsewhere, nothing when quiet; the summary line at the end is logged too.
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Optional, TextIO
 
+from ..progress import Progress as OperationProgress
 from ..units import format_bytes
 
 
-class Progress:
-    """Counts what the workers report; ``enabled`` False (quiet) shows nothing."""
+class Progress(OperationProgress):
+    """Counts what the workers report; ``enabled``: True / False, None for a terminal only (or as
+    ``SHARDSTREAM_PROGRESS`` says)."""
 
     def __init__(self, parts: int, total_bytes: int, files: int = 0, enabled: Optional[bool] = None,
-                 stream: Optional[TextIO] = None, every: float = 10.0) -> None:
-        self.stream = stream or sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.enabled = self.tty if enabled is None else enabled
-        self.parts, self.total = parts, max(total_bytes, 1)
-        self.done_parts, self.rows, self.bytes, self.files, self.done_files = 0, 0, 0, files, 0
-        self.start = self.last = time.monotonic()
-        self.every = 0.2 if self.tty else every
+                 stream: Optional[TextIO] = None, every: Optional[float] = None) -> None:
+        self.parts, self.done_parts, self.rows, self.files, self.done_files = parts, 0, 0, files, 0
+        super().__init__("convert", max(total_bytes, 1), "B", show=enabled, stream=stream, every=every)
+
+    @property
+    def enabled(self) -> bool:
+        return self.shown
+
+    @property
+    def bytes(self) -> int:
+        return int(self.done)
 
     def add(self, rows: int, nbytes: int, files: int = 0) -> None:
         self.rows += rows
-        self.bytes += nbytes
         self.done_files += files
-        self.show()
+        self.update(nbytes)
 
     def part_done(self) -> None:
         self.done_parts += 1
-        self.show()
+        self.update(0)
+
+    def status(self) -> str:
+        return f"files {self.done_files}/{self.files} | parts {self.done_parts}/{self.parts} | {self.rows:,} rows"
 
     def line(self) -> str:
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = self.bytes / elapsed
-        left = (self.total - self.bytes) / rate if rate > 0 else float("nan")
+        elapsed = self.elapsed()
+        rate = self.done / elapsed
+        left = (self.total - self.done) / rate if rate > 0 else float("nan")
         eta = f"{left:.0f}s" if left == left else "?"
-        pct = min(100.0, 100.0 * self.bytes / self.total)
-        return (f"convert {pct:5.1f}% | files {self.done_files}/{self.files} | parts {self.done_parts}/{self.parts} | "
-                f"{self.rows:,} rows | "
-                f"{format_bytes(self.bytes)}/{format_bytes(self.total)} | {format_bytes(rate)}/s | {self.rows / elapsed:,.0f} "
-                f"rows/s | eta {eta}")
+        pct = min(100.0, 100.0 * self.done / self.total)
+        return (f"convert {pct:5.1f}% | {self.status()} | {format_bytes(self.bytes)}/{format_bytes(self.total)} | "
+                f"{format_bytes(rate)}/s | {self.rows / elapsed:,.0f} rows/s | eta {eta}")
 
-    def show(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self.last < self.every):
-            return
-        self.last = now
-        if self.tty:
-            self.stream.write("\r" + self.line())
-        else:
-            self.stream.write(self.line() + "\n")
-        self.stream.flush()
+    def summary(self) -> str:
+        return (f"convert: {self.done_parts} of {self.parts} parts, {self.rows:,} rows, {format_bytes(self.bytes)} "
+                f"read in {self.elapsed():.1f}s ({format_bytes(self.done / self.elapsed())}/s, "
+                f"{self.rows / self.elapsed():,.0f} rows/s)")
 
     def close(self) -> None:
-        if self.enabled:
-            self.show(force=True)
-            if self.tty:
-                self.stream.write("\n")
-                self.stream.flush()
+        self.finish()

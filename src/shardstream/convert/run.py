@@ -129,9 +129,12 @@ def _write_parts(job: dict, pending: list, workers: Optional[int], progress: Opt
     todo_files = len({rec["name"] for p in pending for rec in p.inputs})
     shown = Progress(len(pending), todo_bytes, todo_files, enabled=progress)
     try:
-        return _run_parts([{**job, "part": p.name, "inputs": p.inputs} for p in pending], workers, shown)
-    finally:
-        shown.close()
+        written = _run_parts([{**job, "part": p.name, "inputs": p.inputs} for p in pending], workers, shown)
+    except BaseException:
+        shown.abandon()
+        raise
+    shown.close()
+    return written
 
 
 def _prepared_manifest(out: Output, found: Inputs, settings: dict, overwrite: bool,

@@ -6,7 +6,8 @@ decompressed stream), finds the ends of its *units* with numpy (lines; for CSV, 
 newline inside a quoted field ends nothing) and cuts it into pieces of whole units of about
 :data:`PIECE_BYTES` each. A piece keeps only its byte range, its row count, how many bad rows
 it skipped and the number of its first line: the description is O(pieces), whatever the
-number of rows.
+number of rows. Reading a big file (:data:`INDEX_PROGRESS_FROM` bytes or more) shows its progress
+(:mod:`shardstream.progress`).
 
 What a unit counts for (a row, nothing, a bad row) is the format's: it gives a *counter*
 called on each run of whole units, see :func:`cut_pieces`.
@@ -20,10 +21,13 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from ..errors import CorruptShardError, FileChangedError, ShardstreamError
+from ..progress import Progress
+from ..units import format_bytes
 from .files import RangeSource, codec_of
 
 BLOCK = 8 << 20  # bytes read at once while describing
 PIECE_BYTES = 32 << 20  # a piece ends at the first unit end at or past this many bytes from its start
+INDEX_PROGRESS_FROM = 64 << 20  # bytes of a file from which describing it shows its progress
 NEWLINE, RETURN, QUOTE = 10, 13, 34
 
 # a run of whole units: its offset in the (decompressed) file, its bytes, and each unit's end in them
@@ -32,8 +36,28 @@ Units = tuple[int, np.ndarray, np.ndarray]
 Counter = Callable[[np.ndarray, np.ndarray], tuple[int, int, Optional[tuple[int, str]]]]
 
 
-def blocks(source: RangeSource) -> Iterator[bytes]:
-    """The file's bytes in blocks: ranged reads of a plain file, the stream of a compressed one."""
+def blocks(source: RangeSource, progress: Optional[bool] = None,
+           progress_from: int = INDEX_PROGRESS_FROM) -> Iterator[bytes]:
+    """The file's bytes in blocks: ranged reads of a plain file, the stream of a compressed one. A file of
+    at least ``progress_from`` bytes shows its progress as ``progress`` says (True, False, None: on a
+    terminal or as ``SHARDSTREAM_PROGRESS`` says) and logs a summary line once read."""
+    if progress is False or source.size < progress_from:
+        yield from _blocks(source)
+        return
+    total = None if codec_of(source.name) else source.size  # a compressed file: its bytes once decompressed
+    shown = Progress(f"index {source.name}", total, "B", show=progress)
+    try:
+        for block in _blocks(source):
+            shown.update(len(block))
+            yield block
+    except BaseException:
+        shown.abandon()
+        raise
+    shown.finish(f"indexed {source.name}: {format_bytes(shown.done)} read to find its rows in "
+                 f"{shown.elapsed():.1f}s ({shown.rate()})")
+
+
+def _blocks(source: RangeSource) -> Iterator[bytes]:
     codec = codec_of(source.name)
     if codec:
         yield from _decompressed(source, codec)

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
-from ..errors import CorruptShardError, HashMismatchError, ShardNotFoundError, ShardstreamError
+from ..errors import CorruptShardError, HashMismatchError, InvalidArgumentError, ShardNotFoundError, ShardstreamError
+from ..progress import Progress
+from ..units import format_bytes
 from .compression import decompress
 from .hashing import digest
 from .index import FileInfo, ShardInfo, read_index, shard_path
 from .reader import ShardReader, map_file
 from .textformat import TextRows
 from .textshards import TextShardInfo
+
+# a bar (True), none (False), on a terminal only (None), or a callable(shards done, shards)
+ProgressArg = Union[bool, None, Callable[[int, int], None]]
 
 
 @dataclass
@@ -126,34 +131,58 @@ def verify_shard(dirname: str, info: ShardInfo, decode_samples: bool = True) -> 
 
 
 def verify_shards(dirname: str, shards: list[ShardInfo], decode_samples: bool = True,
-                  progress: Optional[Callable[[int, int], None]] = None,
+                  progress: ProgressArg = None,
                   fetch: Optional[Callable[[ShardInfo], None]] = None,
                   release: Optional[Callable[[ShardInfo], None]] = None) -> VerifyReport:
     """Check ``shards`` in ``dirname``; problems are collected, not raised. ``fetch(info)`` is called
-    before a shard is checked (to bring it into ``dirname``) and ``release(info)`` after."""
+    before a shard is checked (to bring it into ``dirname``) and ``release(info)`` after. ``progress``: a
+    bar (True), none (False), on a terminal only (None), or a callable ``(shards done, shards)``; the
+    summary line is logged in every case (see :mod:`shardstream.progress`)."""
     report = VerifyReport(shards=len(shards))
-    for i, info in enumerate(shards):
-        report.samples += info.samples
-        report.bytes += info.stored.bytes + (info.stored_meta.bytes if isinstance(info, TextShardInfo) else 0)
-        report.unhashed_shards += not (info.stored.hashes or info.raw_data.hashes)
-        try:
-            if fetch is not None:
-                fetch(info)
-            checked, decoded = verify_shard(dirname, info, decode_samples)
-            report.hashes_checked += checked
-            report.samples_decoded += decoded
-        except (ShardstreamError, OSError) as exc:
-            report.problems.append(ShardProblem(i, info.stored.basename, f"{type(exc).__name__}: {exc}"))
-        finally:
-            if release is not None:
-                release(info)
-        if progress is not None:
-            progress(i + 1, len(shards))
+    shown = _progress_of(progress, len(shards))
+    try:
+        for i, info in enumerate(shards):
+            _verify_one(dirname, i, info, decode_samples, report, fetch, release)
+            shown.update(1)
+            if callable(progress):
+                progress(i + 1, len(shards))
+    except BaseException:
+        shown.abandon()
+        raise
+    damaged = f"{len(report.problems)} damaged" if report.problems else "no damage found"
+    shown.finish(f"verify: {report.shards} shards, {report.samples:,} samples, {format_bytes(report.bytes)} in "
+                 f"{shown.elapsed():.1f}s ({shown.rate()}, {format_bytes(report.bytes / shown.elapsed())}/s); "
+                 f"{damaged}")
     return report
 
 
-def verify_dataset(dirname: str, decode_samples: bool = True,
-                   progress: Optional[Callable[[int, int], None]] = None) -> VerifyReport:
+def _progress_of(progress: ProgressArg, shards: int) -> Progress:
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise InvalidArgumentError(f"progress={progress!r} should be True (a progress bar), False (none), None (on a "
+                                   "terminal only) or a callable(shards done, shards)")
+    return Progress("verify", shards, "shards", show=False if callable(progress) else progress)
+
+
+def _verify_one(dirname: str, i: int, info: ShardInfo, decode_samples: bool, report: VerifyReport,
+                fetch: Optional[Callable[[ShardInfo], None]], release: Optional[Callable[[ShardInfo], None]]) -> None:
+    """Check shard ``i`` into ``report``."""
+    report.samples += info.samples
+    report.bytes += info.stored.bytes + (info.stored_meta.bytes if isinstance(info, TextShardInfo) else 0)
+    report.unhashed_shards += not (info.stored.hashes or info.raw_data.hashes)
+    try:
+        if fetch is not None:
+            fetch(info)
+        checked, decoded = verify_shard(dirname, info, decode_samples)
+        report.hashes_checked += checked
+        report.samples_decoded += decoded
+    except (ShardstreamError, OSError) as exc:
+        report.problems.append(ShardProblem(i, info.stored.basename, f"{type(exc).__name__}: {exc}"))
+    finally:
+        if release is not None:
+            release(info)
+
+
+def verify_dataset(dirname: str, decode_samples: bool = True, progress: ProgressArg = None) -> VerifyReport:
     """Check every shard of the dataset in ``dirname``; problems are collected, not raised
-    (a missing or unreadable index is raised)."""
+    (a missing or unreadable index is raised). ``progress``: as :func:`verify_shards`'s."""
     return verify_shards(dirname, read_index(dirname), decode_samples, progress)

@@ -42,11 +42,11 @@ class JaxLoader(BatchLoader):
     """A :class:`~shardstream.loader.batches.BatchLoader` for JAX hosts.
 
     ``sharding``: a ``jax.sharding.Sharding`` of the global batch; each numpy column is
-    turned into a global ``jax.Array`` in the background thread. Without it, batches stay
-    numpy arrays on the host.
+    turned into a global ``jax.Array`` in the background thread (its time counts as ``transform`` in
+    :meth:`stats`). Without it, batches stay numpy arrays on the host.
     """
 
     def __init__(self, dataset, *, sharding=None, columns: Optional[Sequence[str]] = None, prefetch: int = 2,
-                 world: Optional[World] = None) -> None:
+                 world: Optional[World] = None, stats=None) -> None:
         super().__init__(dataset, world=world or jax_world(dataset.options.replication), columns=columns,
-                         prefetch=prefetch, transform=None if sharding is None else _placer(sharding))
+                         prefetch=prefetch, transform=None if sharding is None else _placer(sharding), stats=stats)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from itertools import islice
+from time import perf_counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -35,6 +36,9 @@ from ..errors import InvalidArgumentError
 from ..keywords import checked_keywords
 from ..loader.nodes import Consumed, PlanNode, Stamped, stamped
 from ..loader.options import check_batch_size
+from ..stats import record
+from ..stats.meter import add_after, metered, worker_label
+from ..stats.loaders import LoaderStatsMixin, rows_of
 from .torchform import StackSamples, check_ragged, torch_batch
 
 
@@ -44,7 +48,16 @@ class TorchStamped(Stamped):
     __slots__ = ()
 
     def pin_memory(self, device=None) -> "TorchStamped":
-        return TorchStamped(_pin_memory(self.item, device), self.position)
+        return TorchStamped(_pin_memory(self.item, device), self.position, self.stats)
+
+
+def _metered(it, stats: bool):
+    """``it`` with each batch's stats attached (when the loader keeps stats)."""
+    if not stats:
+        return it
+    from torch.utils.data import get_worker_info
+
+    return metered(it, worker_label(get_worker_info()), rows_of)
 
 
 class StepBatches(IterableDataset):
@@ -54,11 +67,12 @@ class StepBatches(IterableDataset):
         self.dataset = dataset
         self.columns = None if columns is None else list(columns)
         self.drop_last = drop_last
+        self.stats = False  # whether each batch carries its stats (set by the loader)
 
     def __iter__(self) -> Iterator[TorchStamped]:
         columns = self.columns
         it = stamped(self.dataset, lambda ds: ds.iterate_batches(columns=columns), TorchStamped)
-        return self._drop_short(it) if self.drop_last else it
+        return _metered(self._drop_short(it) if self.drop_last else it, self.stats)
 
     def _drop_short(self, it: Iterator[TorchStamped]) -> Iterator[TorchStamped]:
         """With ``drop_last``, a step shorter than the batch (only ``epoch_tail="mosaic"`` makes one)
@@ -80,12 +94,13 @@ class SampleBatches(IterableDataset):
         self.collate = collate
         self.columns = None if columns is None else list(columns)
         self.drop_last = drop_last
+        self.stats = False  # whether each batch carries its stats (set by the loader)
 
     def __iter__(self) -> Iterator[TorchStamped]:
         columns = self.columns
         node = PlanNode(self.dataset, iter if columns is None else (lambda ds: ds.iterate(columns=columns)))
         node.reset()  # the pass begins now
-        return self._batches(node)
+        return _metered(self._batches(node), self.stats)
 
     def _batches(self, node: PlanNode) -> Iterator[TorchStamped]:
         items, bs, collate = node.items(), self.batch_size, self.collate
@@ -97,7 +112,9 @@ class SampleBatches(IterableDataset):
                 if len(samples) < bs and self.drop_last:  # consumed, never seen by the loop
                     yield TorchStamped(None, node.position())
                     return
-                yield TorchStamped(collate(samples), node.position())
+                with record.timed("collate"):
+                    batch = collate(samples)
+                yield TorchStamped(batch, node.position())
                 if len(samples) < bs:
                     return
         finally:
@@ -116,7 +133,14 @@ class ThroughStamp:
         self.collate = collate
 
     def __call__(self, stamp: TorchStamped) -> TorchStamped:
-        return stamp if stamp.item is None else TorchStamped(self.collate(stamp.item), stamp.position)
+        if stamp.item is None:
+            return stamp
+        if stamp.stats is None:
+            return TorchStamped(self.collate(stamp.item), stamp.position)
+        t0 = perf_counter()
+        item = self.collate(stamp.item)
+        add_after(stamp.stats, "collate", perf_counter() - t0)  # after the batch was stamped
+        return TorchStamped(item, stamp.position, stamp.stats)
 
 
 def batch_rows(batch: dict) -> int:
@@ -124,7 +148,7 @@ def batch_rows(batch: dict) -> int:
     return len(next(iter(batch.values()))) if batch else 0
 
 
-class StreamingDataLoader(DataLoader):
+class StreamingDataLoader(LoaderStatsMixin, DataLoader):
     """A DataLoader over a :class:`~shardstream.StreamingDataset` with checkpointable state.
 
     ``batch_size`` is the per-device batch; it must equal the dataset's ``batch_size``
@@ -136,7 +160,8 @@ class StreamingDataLoader(DataLoader):
     ``ragged`` picks the form of variable-length array columns: ``"pad"`` (a padded
     tensor plus ``name_lengths``) or ``"ragged"`` (a :class:`~shardstream.Ragged` of
     tensors). A subclass's own samples go through ``default_collate``. ``columns``:
-    decode only those columns, on every path.
+    decode only those columns, on every path. ``stats``: keep loader stats (``True``, a list of
+    exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`).
     """
 
     def __new__(cls, dataset=None, *args, **kwargs):
@@ -151,7 +176,7 @@ class StreamingDataLoader(DataLoader):
     @checked_keywords(DataLoader.__init__)
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,
-                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", **kwargs) -> None:
+                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", stats=None, **kwargs) -> None:
         if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor"):
             raise InvalidArgumentError(
                 f"StreamingDataLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}; "
@@ -179,6 +204,7 @@ class StreamingDataLoader(DataLoader):
                  and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
         check_ragged(dataset, columns, ragged, convert)
+        config = self._stats_config(stats)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
@@ -200,6 +226,8 @@ class StreamingDataLoader(DataLoader):
             samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns, self._drop_last)
             super().__init__(samples, batch_size=None, num_workers=num_workers, collate_fn=keep,
                              pin_memory=pin_memory and not stack, **kwargs)
+        self.dataset.stats = config is not None
+        self._start_stats(config, dataset, batch_path=self.batch_decode)
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -215,7 +243,31 @@ class StreamingDataLoader(DataLoader):
             cursor.begin(world)
         self._expect = cursor.ticket
         self._consumed.begin()
-        return self._count(it)
+        return self._count(it) if self._loop_stats is None else self._count_timed(it)
+
+    def _count_timed(self, it) -> Iterator[Any]:
+        """:meth:`_count`, timing the loop's waits for the stats."""
+        pin = self._pin and torch.cuda.is_available()
+        meter = self._loop_stats
+        meter.begin_pass()
+        while True:
+            asked = perf_counter()
+            try:
+                stamp = next(it)
+            except StopIteration:
+                break
+            got = perf_counter()
+            self._consumed.record(stamp.position)
+            batch = stamp.item
+            if batch is None:  # a short last step dropped (drop_last=True)
+                continue
+            if self._convert:
+                batch = torch_batch(batch, pin, self._ragged)
+                meter.batch(asked, got, stamp.stats, 0, perf_counter() - got)
+            else:
+                meter.batch(asked, got, stamp.stats)
+            yield batch
+        self._consumed.finished = True
 
     def _count(self, it) -> Iterator[Any]:
         pin = self._pin and torch.cuda.is_available()
@@ -255,6 +307,7 @@ class StreamingDataLoader(DataLoader):
     def __del__(self) -> None:
         try:
             self._drop_workers()
+            self.close_stats()
         except Exception:
             pass
 

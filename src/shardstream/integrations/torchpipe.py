@@ -5,31 +5,37 @@ chain (see :mod:`shardstream.process.run`) and sends every batch stamped with it
 state after it. The main process keeps the last stamp of each of its workers, so
 ``state_dict()`` counts the batches handed to the training loop, not those prefetched, and
 resumes on any world (other ranks, other worker counts) with nothing repeated or lost.
+
+With ``stats=True`` each batch also carries its stats from its worker (see
+:mod:`shardstream.stats.meter`) and the loop's waits are timed (docs/stats-pipelines.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from time import perf_counter
 from typing import Any, Iterator, Optional
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..errors import InvalidArgumentError
 from ..process.run import setup
+from ..stats.loaders import LoaderStatsMixin, rows_of
+from ..stats.meter import metered, worker_label
 from .tensors import converter
 from .torch import keep
 
 
 class Stamp:
-    """A batch and ``(reader, reader state after it)``."""
+    """A batch, ``(reader, reader state after it)`` and its stats (None when the loader keeps none)."""
 
-    __slots__ = ("item", "reader", "state")
+    __slots__ = ("item", "reader", "state", "stats")
 
-    def __init__(self, item: Any, reader: int, state: dict) -> None:
-        self.item, self.reader, self.state = item, reader, state
+    def __init__(self, item: Any, reader: int, state: dict, stats: Optional[dict] = None) -> None:
+        self.item, self.reader, self.state, self.stats = item, reader, state, stats
 
     def __reduce__(self):
-        return (Stamp, (self.item, self.reader, self.state))
+        return (Stamp, (self.item, self.reader, self.state, self.stats))
 
 
 class ChainBatches(IterableDataset):
@@ -38,8 +44,14 @@ class ChainBatches(IterableDataset):
     def __init__(self, chain) -> None:
         self.chain = chain
         self.ticket = None  # the pass to run: (next epoch, loaded state), set by the loader
+        self.stats = False  # whether each batch carries its stats (set by the loader)
 
     def __iter__(self) -> Iterator[Stamp]:
+        if not self.stats:
+            return self._stamps()
+        return metered(self._stamps(), worker_label(get_worker_info()), rows_of)
+
+    def _stamps(self) -> Iterator[Stamp]:
         chain = self.chain
         it = chain.run_pass(self.ticket)
         _, run, reader = chain._active
@@ -47,19 +59,21 @@ class ChainBatches(IterableDataset):
             yield Stamp(item, reader, run.state())
 
 
-class PipelineDataLoader(DataLoader):
+class PipelineDataLoader(LoaderStatsMixin, DataLoader):
     """A DataLoader over a processing chain ``chain``; ``batch_size`` rows per batch (None: the chain's
     items are already batches, e.g. after ``.batch(n)``). Batches come as torch tensors (numbers and
-    equal-shape arrays) and lists (other values)."""
+    equal-shape arrays) and lists (other values). ``stats``: keep loader stats (``True``, a list of
+    exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`)."""
 
     def __init__(self, chain, batch_size: Optional[int] = None, *, num_workers: int = 0, drop_last: bool = False,
-                 collate_fn=None, **kwargs) -> None:
+                 collate_fn=None, stats=None, **kwargs) -> None:
         for key in ("shuffle", "sampler", "batch_sampler"):
             if kwargs.get(key) not in (None, False):
                 raise InvalidArgumentError(f"{key}={kwargs[key]!r}: the chain orders its items; use ds.shuffle(...)")
         if kwargs.get("persistent_workers"):
             raise InvalidArgumentError("persistent_workers=True is not supported over a processing chain: each "
                                        "epoch's workers start from the chain's state; leave it False")
+        config = self._stats_config(stats)
         if batch_size is not None:
             chain = chain.batch(batch_size, drop_last_batch=drop_last)
         self.chain = chain
@@ -69,6 +83,8 @@ class PipelineDataLoader(DataLoader):
         self._states: dict = {}
         self._finished = False
         super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
+        self.dataset.stats = config is not None
+        self._start_stats(config, chain.root)
 
     def __iter__(self) -> Iterator[Any]:
         chain = self.chain
@@ -83,7 +99,26 @@ class PipelineDataLoader(DataLoader):
         n = len(chain.specs)
         self._states = {j: made.states.get(j) or made.fresh_state(j, n)
                         for j in range(first, first + max(self.num_workers, 1))}
-        return self._count(it)
+        return self._count(it) if self._loop_stats is None else self._count_timed(it)
+
+    def _count_timed(self, it) -> Iterator[Any]:
+        """:meth:`_count`, timing the loop's waits for the stats."""
+        meter = self._loop_stats
+        meter.begin_pass()
+        while True:
+            asked = perf_counter()
+            try:
+                stamp = next(it)
+            except StopIteration:
+                break
+            got = perf_counter()
+            self._states[stamp.reader] = stamp.state
+            self._handed += 1
+            item = stamp.item
+            batch = self._collate(item) if self._collate is not None else self._to_torch(item)
+            meter.batch(asked, got, stamp.stats, 0, perf_counter() - got)
+            yield batch
+        self._finished = True
 
     def _count(self, it) -> Iterator[Any]:
         for stamp in it:
@@ -116,3 +151,9 @@ class PipelineDataLoader(DataLoader):
     def set_epoch(self, epoch: int) -> None:
         self.chain.set_epoch(epoch)
         self._setup = None
+
+    def __del__(self) -> None:
+        try:
+            self.close_stats()
+        except Exception:
+            pass

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import queue
 import threading
+from time import perf_counter
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ..errors import InvalidArgumentError, ShardstreamError
 from ..plan import World
+from ..stats.loaders import LoaderStatsMixin, rows_of
+from ..stats.meter import add_after, metered
 from .nodes import Consumed, Stamped, stamped
 
 _END = object()
@@ -26,16 +29,18 @@ class LoaderError(ShardstreamError, RuntimeError):
     """The background decoding thread ended without handing over a result or an error."""
 
 
-class BatchLoader:
+class BatchLoader(LoaderStatsMixin):
     """Column batches of ``dataset`` for this process (see the module docstring).
 
     ``world``: this process's place in the job (default: the dataset's ``detect_world``).
     ``columns``: decode only these. ``transform``: applied to each batch in the thread
-    (for example to place it on devices). ``prefetch``: batches decoded ahead (>= 1).
+    (for example to place it on devices). ``prefetch``: batches decoded ahead (>= 1). ``stats``: keep
+    loader stats (``True``, a list of exporters, or a :class:`~shardstream.stats.StatsConfig`; see
+    :meth:`stats`).
     """
 
     def __init__(self, dataset, *, world: Optional[World] = None, columns: Optional[Sequence[str]] = None,
-                 prefetch: int = 2, transform: Optional[Callable[[dict], Any]] = None) -> None:
+                 prefetch: int = 2, transform: Optional[Callable[[dict], Any]] = None, stats=None) -> None:
         if not hasattr(dataset, "iterate_batches"):
             raise InvalidArgumentError(f"BatchLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}")
         if dataset.batch_size is None:
@@ -48,6 +53,7 @@ class BatchLoader:
         if world is not None and not isinstance(world, World):
             raise InvalidArgumentError(f"world={world!r} must be a shardstream.plan.World or None")
         dataset.check_batchable(columns)
+        config = self._stats_config(stats)
         self.dataset = dataset
         self.world = world
         self.columns = None if columns is None else list(columns)
@@ -55,24 +61,32 @@ class BatchLoader:
         self.transform = transform
         self._consumed = Consumed(dataset)
         self._active: Optional[_Producer] = None
+        self._start_stats(config, dataset, batch_path=None, world=world, num_workers=0, parallel=False)
 
     def __iter__(self) -> Iterator[Any]:
         self.close()
         world, columns = self.world, self.columns
         source = stamped(self.dataset, lambda ds: ds.iterate_batches(world, columns))  # begins the pass now
         self._consumed.begin()
+        meter = self._loop_stats
+        if meter is not None:
+            source = metered(source, "thread", rows_of)
+            meter.begin_pass()
         producer = _Producer(source, self.prefetch, self.transform)
         self._active = producer
-        return self._consume(producer)
+        return self._consume(producer, meter)
 
-    def _consume(self, producer: "_Producer") -> Iterator[Any]:
+    def _consume(self, producer: "_Producer", meter) -> Iterator[Any]:
         try:
             while True:
+                asked = perf_counter() if meter is not None else 0.0
                 item = producer.get()
                 if item is _END:
                     self._consumed.finished = True
                     return
                 self._consumed.record(item.position)
+                if meter is not None:
+                    meter.batch(asked, perf_counter(), item.stats)
                 yield item.item
         finally:
             producer.stop()
@@ -82,6 +96,12 @@ class BatchLoader:
         if self._active is not None:
             self._active.stop()
             self._active = None
+
+    def __del__(self) -> None:
+        try:
+            self.close_stats()  # a last export, and the exporters closed
+        except Exception:
+            pass
 
     def __len__(self) -> int:
         """Batches this process receives in the pass in progress (else in the next one)."""
@@ -126,7 +146,10 @@ class _Producer:
         try:
             for batch in self._source:
                 if self._transform is not None:
-                    batch = Stamped(self._transform(batch.item), batch.position)
+                    t0 = perf_counter()
+                    out = self._transform(batch.item)
+                    add_after(batch.stats, "transform", perf_counter() - t0)
+                    batch = Stamped(out, batch.position, batch.stats)
                 if not self._put(batch):
                     return
             self._put(_END)

@@ -94,16 +94,18 @@ class PlanNode(Node):
 
 
 class Stamped:
-    """An item and the consumed plan position after it (plus, later, what stages hold)."""
+    """An item and the consumed plan position after it; ``stats``: what the item cost to make, when the
+    loader keeps stats (see :mod:`shardstream.stats.meter`), else None."""
 
-    __slots__ = ("item", "position")
+    __slots__ = ("item", "position", "stats")
 
-    def __init__(self, item: Any, position: Optional[int]) -> None:
+    def __init__(self, item: Any, position: Optional[int], stats: Optional[dict] = None) -> None:
         self.item = item
         self.position = position
+        self.stats = stats
 
     def __reduce__(self):
-        return (type(self), (self.item, self.position))
+        return (type(self), (self.item, self.position, self.stats))
 
 
 class stamped:

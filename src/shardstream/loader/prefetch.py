@@ -16,11 +16,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from time import perf_counter
 from typing import Iterator, Optional
 
 import numpy as np
 
 from ..errors import ShardstreamError
+from ..stats import record
 
 
 class PrefetchError(ShardstreamError, RuntimeError):
@@ -133,6 +135,7 @@ class Prefetcher:
             if isinstance(item, BaseException):
                 raise item
             pinned = set()
+            t0 = perf_counter() if record.ON else 0.0
             try:
                 for shard, fut in item.pins:
                     if _result(fut, shard, self.cache):
@@ -140,6 +143,10 @@ class Prefetcher:
             except BaseException:
                 self._unpin(item, pinned)
                 raise
+            if t0:
+                record.add_time("download_wait", perf_counter() - t0)
+                record.set_gauge("shards_in_flight", sum(1 for f in list(self._inflight.values()) if not f.done()))
+                record.set_gauge("prefetch_depth", self._ahead)
             yield item, pinned
 
     def done(self, chunk: Chunk, pinned: set) -> None:

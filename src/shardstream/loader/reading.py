@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..format.batch import concat_batches, stack_samples, take_rows
+from ..stats import record
 from .prefetch import Chunk, Prefetcher
 from .working_set import upcoming_shards, warn_if_too_small
 
@@ -75,6 +76,12 @@ class PassReader:
                 prefetcher.done(*previous)
             prefetcher.close()
 
+    def _count_streams(self, shards: np.ndarray) -> None:
+        """Count handed-out samples per stream (stats on, several streams): ``shards`` are theirs."""
+        owners = self.table.stream_owners()
+        if owners is not None:
+            record.add_streams(owners[shards], len(self.table.stores))
+
     def _warn_working_set(self) -> None:
         """Warn when the cache limit cannot hold the shards this reader's order needs at once."""
         if self.limit is None:
@@ -92,6 +99,8 @@ class PassReader:
         try:
             for chunk, pinned in self.chunks():
                 getters = held.enter(pinned)
+                if record.ON:
+                    self._count_streams(chunk.shards)
                 try:
                     bounds = long_runs(chunk.flat, chunk.shards)
                     if bounds is not None:  # long runs of consecutive samples: decode them in order
@@ -136,8 +145,12 @@ class PassReader:
             for lo in range(0, chunk.size, step):
                 shards = chunk.shards[lo:lo + step]
                 extra = [] if pinned is None else [s for s in set(shards.tolist()) if s not in pinned]
-                for s in extra:
-                    table.pin(s)
+                if extra:
+                    with record.timed("download_wait"):
+                        for s in extra:
+                            table.pin(s)
+                if record.ON:
+                    self._count_streams(shards)
                 try:
                     batch = decode_step(table.reader, shards, chunk.local[lo:lo + step], self.columns)
                 finally:
@@ -191,7 +204,8 @@ class _Getters:
         if self.pins is None:
             get = self.found[shard] = table.reader(shard).decoders(held.columns)[1]
             return get
-        table.pin(shard)
+        with record.timed("download_wait"):
+            table.pin(shard)
         get = table.reader(shard).decoders(held.columns)[1]
         if table.over(shard):
             held.own, held.own_get = shard, get

@@ -55,6 +55,15 @@ class ShardTable:
         k = self._owner[i]
         return self.stores[k], i - self.firsts[k]
 
+    def stream_owners(self) -> Optional[np.ndarray]:
+        """Each shard's stream (an array), or None for a single stream."""
+        if len(self.stores) < 2:
+            return None
+        owners = self.__dict__.get("_owners")
+        if owners is None:
+            owners = self.__dict__["_owners"] = np.asarray(self._owner, np.int64)
+        return owners
+
     def shard_of(self, sample: int) -> int:
         return bisect_right(self.ends, sample)
 

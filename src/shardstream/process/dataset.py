@@ -142,8 +142,9 @@ class IterableDataset:
         self._loaded = None
         return self.run_pass(ticket)
 
-    def run_pass(self, ticket: tuple) -> Iterator[Any]:
-        """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader."""
+    def run_pass(self, ticket: tuple, meter=None) -> Iterator[Any]:
+        """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader;
+        ``meter``: the prefetch thread stamps each item with its loader stats (see :mod:`.prefetch`)."""
         self.close()
         world = self.root.detect_world()
         made = setup(self.root, self.specs, world, *ticket)
@@ -152,7 +153,7 @@ class IterableDataset:
         run = Run(self.root, self.specs, made, reader)
         convert = self._convert()
         if self._prefetch:
-            fetched = Prefetched(run, self._prefetch, convert)
+            fetched = Prefetched(run, self._prefetch, convert, meter)
             self._active = (made, fetched, reader)
             return fetched
         self._active = (made, run, reader)

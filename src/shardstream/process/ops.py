@@ -10,6 +10,9 @@ buffer next to the source); on resume the items are read again by position.
 
 ``take(n)`` / ``skip(n)`` count per rank, like HF on a split dataset: a rank's DataLoader
 workers (or threads) share its ``n`` evenly.
+
+With loader stats on, ``batch``'s grouping of rows counts as the ``collate`` stage (once per
+batch); the other stages here do no work worth a stage of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..stats import record
 from .keys import decode_all, encode_all
 from .stage import ReaderContext, Stage, deal, pull
 
@@ -182,6 +186,9 @@ class BatchStage(Stage):
         keys, rows = pull(self.source, self.spec.batch_size)
         if not keys or (len(keys) < self.spec.batch_size and self.spec.drop_last_batch):
             raise StopIteration
+        if record.ON:
+            with record.timed("collate"):
+                return ("b", tuple(keys)), collate(rows)
         return ("b", tuple(keys)), collate(rows)
 
     def recreate(self, keys: list) -> list:

@@ -4,6 +4,10 @@ The state must count what the loop consumed, not what the thread made: the threa
 the key of every item it makes (under a lock, together with the chain's step), and the
 loop drops it when it takes the item. A state is then the chain's state plus the keys of
 the items made but not consumed, which a resume makes again and hands on first.
+
+With loader stats on (a :class:`~shardstream.stats.meter.BatchMeter` given as ``meter``) the thread
+times each item it makes and stamps it with its stats (:attr:`Prefetched.stats` after each
+``next``); the queue's depth is the ``prefetch_depth`` gauge.
 """
 
 from __future__ import annotations
@@ -11,16 +15,23 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from typing import Any, Callable
+from time import perf_counter
+from typing import Any, Callable, Optional
+
+from ..stats import record
+from ..stats.loaders import rows_of
 
 _END = object()
 
 
 class Prefetched:
-    """Items of ``run`` (a :class:`~.run.Run`) made ``n`` ahead in a thread; ``convert`` each value."""
+    """Items of ``run`` (a :class:`~.run.Run`) made ``n`` ahead in a thread; ``convert`` each value.
+    ``meter``: stamp each item with its stats (see the module docstring)."""
 
-    def __init__(self, run, n: int, convert: Callable[[Any], Any]) -> None:
-        self.run, self.convert = run, convert
+    def __init__(self, run, n: int, convert: Callable[[Any], Any], meter=None) -> None:
+        self.run, self.convert, self.meter = run, convert, meter
+        self.stats: Optional[dict] = None  # the stats of the item the last next() returned (with a meter)
+        self.convert_s = 0.0  # seconds that item's conversion took (with a meter)
         self.lock = threading.Lock()
         self.made: deque = deque()  # keys made and not yet consumed
         self.q: queue.Queue = queue.Queue(maxsize=max(int(n), 1))
@@ -29,15 +40,19 @@ class Prefetched:
         self.thread.start()
 
     def _produce(self) -> None:
-        run, lock, made, q = self.run, self.lock, self.made, self.q
+        run, lock, made, q, meter = self.run, self.lock, self.made, self.q, self.meter
         try:
             while not self.stop.is_set():
+                t0 = perf_counter() if meter is not None else 0.0
                 with lock:
                     try:
                         k, v = run.next()
                     except StopIteration:
                         break
                     made.append(k)
+                if meter is not None:
+                    record.set_gauge("prefetch_depth", q.qsize())
+                    v = _Metered(v, meter.stamp(perf_counter() - t0, rows_of(v)))
                 while not self.stop.is_set():
                     try:
                         q.put(v, timeout=0.1)
@@ -67,9 +82,17 @@ class Prefetched:
             raise StopIteration
         if isinstance(v, _Raised):
             raise v.exc
-        with self.lock:
-            self.made.popleft()
-        return self.convert(v)
+        # no lock: the producer holds it while it makes the next item; only this thread pops, and state()
+        # (which takes the lock, for the chain's state and the keys made to agree) runs in this thread too
+        self.made.popleft()
+        if type(v) is not _Metered:
+            if record.ON:  # the stamp made next in this process reads it
+                record.set_gauge("prefetch_depth", self.q.qsize())
+            return self.convert(v)
+        t0 = perf_counter()
+        out = self.convert(v.item)
+        self.stats, self.convert_s = v.stats, perf_counter() - t0
+        return out
 
     def state(self) -> dict:
         with self.lock:
@@ -79,6 +102,15 @@ class Prefetched:
         self.stop.set()
         self.thread.join(timeout=5)
         self.run.close()
+
+
+class _Metered:
+    """An item and its stats (with loader stats on)."""
+
+    __slots__ = ("item", "stats")
+
+    def __init__(self, item: Any, stats: dict) -> None:
+        self.item, self.stats = item, stats
 
 
 class _Raised:

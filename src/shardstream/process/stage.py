@@ -22,14 +22,20 @@ items from the one before it (``self.source``). Keys say where an item came from
 
 Every stage knows its reader (``ctx``: the reader index, the readers' count and the
 resume generation) so that random choices are a function of them and the seed alone.
+
+Loader stats: a stage that does work of its own times it only when ``record.ON`` (one
+attribute test otherwise), once per group of items where it can, never counting the
+stages before it (:class:`OwnTime` subtracts the time spent in its source's ``next``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from time import perf_counter
+from typing import Any, Callable, Optional
 
 from ..loader.nodes import Node
+from ..stats import record
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,27 @@ def pull(source: Stage, n: int) -> tuple[list, list]:
 def deal(items: list, n: int) -> list[list]:
     """``items`` dealt round-robin among ``n`` readers, in order."""
     return [items[i::n] for i in range(n)]
+
+
+class OwnTime:
+    """The seconds from its creation to :meth:`done` outside ``source_next`` (a stage's own work in one
+    call of its ``next``, the stages before it left out); pull through :meth:`next`, then ``done(stage)``
+    adds them to the loader stats' ``stage``, times ``scale`` for a stage that times one call in ``scale``
+    (one that pulls an item at a time would otherwise pay a clock reading per item)."""
+
+    __slots__ = ("source_next", "t0", "upstream")
+
+    def __init__(self, source_next: Callable[[], tuple[Any, Any]]) -> None:
+        self.source_next = source_next
+        self.upstream = 0.0
+        self.t0 = perf_counter()
+
+    def next(self) -> tuple[Any, Any]:
+        t = perf_counter()
+        try:
+            return self.source_next()
+        finally:
+            self.upstream += perf_counter() - t
+
+    def done(self, stage: str, scale: int = 1) -> None:
+        record.add_time(stage, scale * max(0.0, perf_counter() - self.t0 - self.upstream))

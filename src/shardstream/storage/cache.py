@@ -43,6 +43,7 @@ from ..errors import CorruptShardError, DownloadError, HashMismatchError, Invali
 from ..format.atomic import remove_quietly
 from ..format.index import shard_path
 from ..format.source import ShardFormat, ShardRows, get_format
+from ..stats import record
 from .budget import check_limit, minimum_limit
 from .digests import CheckedFiles, check_hashes, identity
 from .eviction import CacheSpace
@@ -258,6 +259,8 @@ class ShardCache:
             if self.present(i):
                 damaged = self._damaged(i, fetched)
                 if damaged is None:
+                    if not fetched and record.ON:
+                        record.add_count("cache_hits")
                     if must and not fetched and self.limit is not None and not self.space.fits(self.limit):
                         return _OVER  # held as over the limit, so it is evicted when the loop leaves it
                     return room
@@ -336,10 +339,13 @@ class ShardCache:
         try:
             for attempt in range(2):
                 try:
+                    if record.ON:
+                        record.add_count("cache_misses")
                     for info in self.format.fetched_files(s):
                         if not _has_size(shard_path(self.dirname, info.basename), info.bytes):
                             self._fetch(info)
-                    self.format.prepare(self.dirname, s, keep_fetched=self.keep_zip)
+                    with record.timed("decompress"):
+                        self.format.prepare(self.dirname, s, keep_fetched=self.keep_zip)
                     return
                 except HashMismatchError:
                     raise  # the fetcher already fetched it twice

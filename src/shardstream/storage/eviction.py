@@ -36,6 +36,7 @@ from typing import Iterator, Optional
 from ..format.atomic import TMP_PREFIX, remove_quietly, temp_name
 from ..format.index import shard_path
 from ..format.source import ShardFormat
+from ..stats import record
 from .claim import MARKER, META
 from .locks import FileLock
 
@@ -149,6 +150,8 @@ class CacheSpace:
             if not lock.try_acquire(True):
                 return False
             self.clear(j, keep_files=False)
+            if record.ON:
+                record.add_count("evictions")
             return True
         finally:
             lock.release()

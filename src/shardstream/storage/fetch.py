@@ -8,6 +8,10 @@ backoff and jitter; permanent ones (missing, forbidden, a directory, other 4xx a
 (see :mod:`.failures`), and the final error lists what each attempt ran into. A digest mismatch fetches the
 file once more, then raises :class:`~shardstream.errors.HashMismatchError` with both
 digests.
+
+A file of at least ``progress_from`` bytes (:data:`BIG_DOWNLOAD` by default; a big shard, or the first
+download of a big index listing) shows a progress bar on a terminal and logs a summary line when it is
+done (:mod:`.downloadbar`, :mod:`shardstream.progress`).
 """
 
 from __future__ import annotations
@@ -17,17 +21,19 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import DownloadError, FileChangedError, HashMismatchError, RemoteChangedError
+from ..errors import DownloadError, FileChangedError, HashMismatchError, InvalidArgumentError, RemoteChangedError
 from ..format.atomic import remove_quietly, temp_name
 from ..format.hashing import digest_file
 from ..format.files import local_version
 from ..format.index import FileInfo
+from ..stats import record
 from . import inner_retries
 from .failures import advice, label, permanent, summary
 from .fs import backoff, filesystem, is_remote, join
 from .versions import RemoteVersions
 
 _CHUNK = 1 << 22
+BIG_DOWNLOAD = 64 << 20  # bytes from which a download shows its progress
 
 
 class _ShortFile(Exception):
@@ -38,17 +44,22 @@ class Fetcher:
     """Downloads files of the directory ``remote`` (any fsspec URL).
 
     ``retry`` is the number of re-attempts after a transient failure and ``timeout``
-    the seconds one attempt may take. ``stats`` counts files and bytes fetched.
+    the seconds one attempt may take. ``stats`` counts files and bytes fetched. A download of at
+    least ``progress_from`` bytes shows a bar as ``progress`` says (True, False, None: on a terminal).
     """
 
     def __init__(self, remote: str, storage_options: Optional[dict] = None, retry: int = 2,
-                 timeout: float = 60) -> None:
+                 timeout: float = 60, progress: Optional[bool] = None, progress_from: int = BIG_DOWNLOAD) -> None:
+        if isinstance(progress_from, bool) or not isinstance(progress_from, int) or progress_from < 0:
+            raise InvalidArgumentError(f"progress_from={progress_from!r} should be a number of bytes >= 0 (the size "
+                                       f"from which a download shows its progress; default {BIG_DOWNLOAD})")
         self.remote = remote.rstrip("/")
         self.storage_options = storage_options
         self._fs, self.root = filesystem(self.remote, storage_options)
         self._pid = os.getpid()
         self.retry = retry
         self.timeout = timeout
+        self.progress, self.progress_from = progress, progress_from
         self._lock = threading.Lock()
         self.files = 0
         self.bytes = 0
@@ -131,12 +142,15 @@ class Fetcher:
         failures: list[str] = []
         inner: list[int] = []  # error statuses the client retried by itself within our attempts
         inner_retries.watch(self.fs)
+        started = time.perf_counter()
         for attempt in range(self.retry + 1):
             tmp = temp_name(dest)
             inner_retries.take(rpath)  # nothing left over from before this attempt
+            shown = None
             try:
                 if part is None:
-                    self._get(rpath, tmp)
+                    shown = self._bar(basename, size)
+                    self._get(rpath, tmp, shown)
                 else:
                     self._get_range(rpath, tmp, part[0], part[1])
                     self._check_version(basename, rpath, part[2])
@@ -148,12 +162,18 @@ class Fetcher:
                 with self._lock:
                     self.files += 1
                     self.bytes += got
+                if record.ON:
+                    record.fetched(got, time.perf_counter() - started)
+                if shown is not None:
+                    shown.finish(got)
                 return tmp
             except RemoteChangedError:
                 remove_quietly(tmp)
+                _abandon(shown)
                 raise
             except Exception as exc:
                 remove_quietly(tmp)
+                _abandon(shown)
                 why = permanent(exc)
                 if why is not None:
                     raise DownloadError(
@@ -196,22 +216,40 @@ class Fetcher:
         with open(tmp, "wb") as dst:
             dst.write(data)
 
-    def _get(self, rpath: str, tmp: str) -> None:
+    def _bar(self, basename: str, size: Optional[int]):
+        """The progress of downloading ``basename``: an fsspec callback, shown once it is known to be big."""
+        if self.progress is False:
+            return None
+        from .downloadbar import DownloadBar
+
+        return DownloadBar(basename, self.progress_from, self.progress, size)
+
+    def _get(self, rpath: str, tmp: str, shown=None) -> None:
         fs = self.fs
         if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
             from fsspec.asyn import sync
 
-            sync(fs.loop, fs._get_file, rpath, tmp, timeout=self.timeout)
+            more = {} if shown is None else {"callback": shown}
+            sync(fs.loop, fs._get_file, rpath, tmp, timeout=self.timeout, **more)
             return
         deadline = time.monotonic() + self.timeout
         with fs.open(rpath, "rb") as src, open(tmp, "wb") as dst:
+            if shown is not None and getattr(src, "size", None) is not None:
+                shown.set_size(src.size)
             while True:
                 chunk = src.read(_CHUNK)
                 if not chunk:
                     return
                 dst.write(chunk)
+                if shown is not None:
+                    shown.relative_update(len(chunk))
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"more than {self.timeout:g}s")
+
+
+def _abandon(shown) -> None:
+    if shown is not None:
+        shown.abandon()
 
 
 def _first_mismatch(path: str, hashes: dict) -> Optional[tuple[str, str, str]]:
