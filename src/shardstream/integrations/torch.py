@@ -38,7 +38,7 @@ from ..loader.nodes import Consumed, PlanNode, Stamped, stamped
 from ..loader.options import check_batch_size
 from ..stats import record
 from ..stats.meter import add_after, metered, worker_label
-from ..stats.loaders import LoaderStatsMixin, rows_of
+from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
 from .torchform import StackSamples, check_ragged, torch_batch
 
 
@@ -249,14 +249,7 @@ class StreamingDataLoader(LoaderStatsMixin, DataLoader):
         """:meth:`_count`, timing the loop's waits for the stats."""
         pin = self._pin and torch.cuda.is_available()
         meter = self._loop_stats
-        meter.begin_pass()
-        while True:
-            asked = perf_counter()
-            try:
-                stamp = next(it)
-            except StopIteration:
-                break
-            got = perf_counter()
+        for stamp, asked, got in timed_items(it, meter):
             self._consumed.record(stamp.position)
             batch = stamp.item
             if batch is None:  # a short last step dropped (drop_last=True)

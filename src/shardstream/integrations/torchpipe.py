@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ..errors import InvalidArgumentError
 from ..process.run import setup
-from ..stats.loaders import LoaderStatsMixin, rows_of
+from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
 from ..stats.meter import metered, worker_label
 from .tensors import converter
 from .torch import keep
@@ -104,14 +104,7 @@ class PipelineDataLoader(LoaderStatsMixin, DataLoader):
     def _count_timed(self, it) -> Iterator[Any]:
         """:meth:`_count`, timing the loop's waits for the stats."""
         meter = self._loop_stats
-        meter.begin_pass()
-        while True:
-            asked = perf_counter()
-            try:
-                stamp = next(it)
-            except StopIteration:
-                break
-            got = perf_counter()
+        for stamp, asked, got in timed_items(it, meter):
             self._states[stamp.reader] = stamp.state
             self._handed += 1
             item = stamp.item

@@ -14,11 +14,10 @@ with what making it cost, and ``__iter__`` times how long the loop waited for ea
 
 from __future__ import annotations
 
-from time import perf_counter
 from typing import Any, Iterator, Optional
 
 from ..errors import InvalidArgumentError
-from ..stats.loaders import LoaderStatsMixin, rows_of
+from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
 from ..stats.meter import BatchMeter
 
 
@@ -74,19 +73,12 @@ class AsyncDataLoader(LoaderStatsMixin):
         prefetched = bool(chain._prefetch)
         meter = BatchMeter("thread" if prefetched else "main")
         it = chain.run_pass(ticket, meter if prefetched else None)
-        self._loop_stats.begin_pass()
         return self._timed(it, meter, prefetched)
 
     def _timed(self, it, meter: BatchMeter, prefetched: bool) -> Iterator[Any]:
         """The chain's batches, timing the loop's waits for the stats (see the module docstring)."""
         loop = self._loop_stats
-        while True:
-            asked = perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            got = perf_counter()
+        for batch, asked, got in timed_items(it, loop):
             rows = rows_of(batch)
             if prefetched:  # the thread stamped it; its conversion to the format ran here
                 loop.batch(asked, got, it.stats, rows, it.convert_s)

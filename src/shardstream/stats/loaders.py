@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from time import perf_counter
+from typing import Any, Iterator, Optional
 
 from ..errors import StatsDisabledError
 from .config import StatsConfig, stats_config
 from .loop import LoopStats
 from .report import Report
+
+
+def timed_items(it: Iterator[Any], loop: LoopStats) -> Iterator[tuple[Any, float, float]]:
+    """``(item, asked, got)`` for each item of a pass's iterator ``it``: when the training loop asked for it
+    and when it was there (``perf_counter``), for ``loop.batch``."""
+    loop.begin_pass()
+    while True:
+        asked = perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        yield item, asked, perf_counter()
 
 
 def rows_of(batch: Any) -> int:
