@@ -83,12 +83,29 @@ def test_torch_and_jax_only_in_integrations():
     assert offenders == []
 
 
-def test_no_shared_memory_control_plane():
+SHARED_MEMORY = ("shared_memory", "SharedMemory", "/dev/shm", "memfd", "MAP_SHARED", "shm_open")
+
+
+def test_shared_memory_only_in_the_batch_data_plane():
+    """Shared memory carries finished batches only: it is made in shardstream/ring/ and nowhere else
+    (never for order, positions or cache state)."""
     def text(p):  # clean_stale_shared_memory(): mosaicml-streaming's name, offered as a no-op
         return p.read_text().replace("clean_stale_shared_memory", "")
 
-    offenders = [str(p) for p in _files() if "shared_memory" in text(p) or "/dev/shm" in text(p)]
+    offenders = [str(p) for p in _files() if p.parent.name != "ring" and any(w in text(p) for w in SHARED_MEMORY)]
     assert offenders == []
+
+
+def test_the_data_plane_leaves_nothing_that_outlives_its_processes():
+    """The ring is a memfd (no name) or an anonymous mapping: no named segment that a kill -9 could leave behind."""
+    code = "\n".join(p.read_text() for p in _files("ring"))
+    assert "memfd_create" in code
+    for named in ("SharedMemory(", "shm_open", "/dev/shm/", "mkstemp", "NamedTemporaryFile"):
+        assert named not in code
+    allowed = {"__future__", "itertools", "mmap", "os", "threading", "weakref", "typing", "numpy",
+               "multiprocessing.reduction", "shardstream.errors", "shardstream.format.batch"}
+    for p in _files("ring"):
+        assert {n for n in _imports(p) if not n.startswith("shardstream.ring")} <= allowed, p
 
 
 def test_import_is_light():

@@ -117,6 +117,29 @@ def check_global_arrays_with_sharding(path: str) -> None:
         np.testing.assert_array_equal(np.asarray(g["tokens"].offsets), np.asarray(w["tokens"].offsets))
 
 
+def check_batches_put_on_one_device(path: str) -> None:
+    import jax
+
+    from shardstream import InvalidArgumentError
+    from shardstream.integrations.jax import JaxLoader
+
+    device = jax.devices()[-1]
+    want = list(_make(path).iterate_batches())
+    got = list(JaxLoader(_make(path), device=device, prefetch=3))
+    assert len(got) == len(want) > 3
+    for g, w in zip(got, want):
+        for name in ("id", "x", "w"):
+            assert isinstance(g[name], jax.Array) and g[name].devices() == {device}, name
+            np.testing.assert_array_equal(np.asarray(g[name]), w[name])
+        assert g["s"] == w["s"] and isinstance(g["tokens"], Ragged)
+    try:
+        JaxLoader(_make(path), device=device, sharding=_sharding())
+    except InvalidArgumentError as exc:
+        assert "not both" in str(exc)
+    else:
+        raise AssertionError("device= with sharding= was accepted")
+
+
 def check_state_and_resume(path: str) -> None:
     from shardstream.integrations.jax import JaxLoader
 

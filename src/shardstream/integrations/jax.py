@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from ..loader.batches import BatchLoader
 from ..plan import World
 
@@ -38,15 +39,28 @@ def _placer(sharding):
     return place
 
 
+def _putter(device):
+    def put(batch: dict[str, Any]) -> dict[str, Any]:
+        return {name: jax.device_put(value, device) if isinstance(value, np.ndarray) and value.dtype != object
+                else value for name, value in batch.items()}
+    return put
+
+
 class JaxLoader(BatchLoader):
     """A :class:`~shardstream.loader.batches.BatchLoader` for JAX hosts.
 
     ``sharding``: a ``jax.sharding.Sharding`` of the global batch; each numpy column is
     turned into a global ``jax.Array`` in the background thread (its time counts as ``transform`` in
-    :meth:`stats`). Without it, batches stay numpy arrays on the host.
+    :meth:`stats`). ``device``: a ``jax.Device`` (or sharding) to put each host's batch on, in the same
+    thread, instead. Either way the copies run ``prefetch`` batches ahead of the loop. Without them,
+    batches stay numpy arrays on the host.
     """
 
-    def __init__(self, dataset, *, sharding=None, columns: Optional[Sequence[str]] = None, prefetch: int = 2,
-                 world: Optional[World] = None, stats=None) -> None:
+    def __init__(self, dataset, *, sharding=None, device=None, columns: Optional[Sequence[str]] = None,
+                 prefetch: int = 2, world: Optional[World] = None, stats=None) -> None:
+        if sharding is not None and device is not None:
+            raise InvalidArgumentError("pass sharding= (a global array from every host's part) or device= (this "
+                                       "host's batch on one device), not both")
+        transform = _placer(sharding) if sharding is not None else _putter(device) if device is not None else None
         super().__init__(dataset, world=world or jax_world(dataset.options.replication), columns=columns,
-                         prefetch=prefetch, transform=None if sharding is None else _placer(sharding), stats=stats)
+                         prefetch=prefetch, transform=transform, stats=stats)

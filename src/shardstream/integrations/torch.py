@@ -24,6 +24,7 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from itertools import islice
 from time import perf_counter
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -37,9 +38,12 @@ from ..keywords import checked_keywords
 from ..loader.nodes import Consumed, PlanNode, Stamped, stamped
 from ..loader.options import check_batch_size
 from ..stats import record
-from ..stats.meter import add_after, metered, worker_label
-from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
-from .torchform import StackSamples, check_ragged, torch_batch
+from ..stats.meter import add_after
+from ..stats.loaders import LoaderStatsMixin, timed_items
+from .todevice import DevicePrefetcher
+from .torchform import StackSamples, check_ragged, numpy_form, torch_form
+from .torchring import RingCollate, slot_estimate
+from .torchsend import WorkerTransfer, sent
 
 
 class TorchStamped(Stamped):
@@ -51,15 +55,6 @@ class TorchStamped(Stamped):
         return TorchStamped(_pin_memory(self.item, device), self.position, self.stats)
 
 
-def _metered(it, stats: bool):
-    """``it`` with each batch's stats attached (when the loader keeps stats)."""
-    if not stats:
-        return it
-    from torch.utils.data import get_worker_info
-
-    return metered(it, worker_label(get_worker_info()), rows_of)
-
-
 class StepBatches(IterableDataset):
     """A dataset's epochs as one stamped column batch per step (see ``StreamingDataset.iterate_batches``)."""
 
@@ -68,11 +63,13 @@ class StepBatches(IterableDataset):
         self.columns = None if columns is None else list(columns)
         self.drop_last = drop_last
         self.stats = False  # whether each batch carries its stats (set by the loader)
+        self.bundle = 1  # batches a worker sends at once (set by the loader)
+        self.finish: Optional[Callable] = None  # what the worker does last to each stamped batch (set by the loader)
 
     def __iter__(self) -> Iterator[TorchStamped]:
         columns = self.columns
         it = stamped(self.dataset, lambda ds: ds.iterate_batches(columns=columns), TorchStamped)
-        return _metered(self._drop_short(it) if self.drop_last else it, self.stats)
+        return sent(self._drop_short(it) if self.drop_last else it, self)
 
     def _drop_short(self, it: Iterator[TorchStamped]) -> Iterator[TorchStamped]:
         """With ``drop_last``, a step shorter than the batch (only ``epoch_tail="mosaic"`` makes one)
@@ -95,12 +92,14 @@ class SampleBatches(IterableDataset):
         self.columns = None if columns is None else list(columns)
         self.drop_last = drop_last
         self.stats = False  # whether each batch carries its stats (set by the loader)
+        self.bundle = 1  # batches a worker sends at once (set by the loader)
+        self.finish: Optional[Callable] = None  # what the worker does last to each stamped batch (set by the loader)
 
     def __iter__(self) -> Iterator[TorchStamped]:
         columns = self.columns
         node = PlanNode(self.dataset, iter if columns is None else (lambda ds: ds.iterate(columns=columns)))
         node.reset()  # the pass begins now
-        return _metered(self._batches(node), self.stats)
+        return sent(self._batches(node), self)
 
     def _batches(self, node: PlanNode) -> Iterator[TorchStamped]:
         items, bs, collate = node.items(), self.batch_size, self.collate
@@ -126,6 +125,11 @@ def keep(batch):
     return batch
 
 
+def restamp(stamp: TorchStamped, item) -> TorchStamped:
+    """The stamp with another item (what the worker's collate sends)."""
+    return TorchStamped(item, stamp.position, stamp.stats)
+
+
 class ThroughStamp:
     """A user's ``collate_fn`` applied to a stamped batch's item (the stamp goes on with the result)."""
 
@@ -148,7 +152,7 @@ def batch_rows(batch: dict) -> int:
     return len(next(iter(batch.values()))) if batch else 0
 
 
-class StreamingDataLoader(LoaderStatsMixin, DataLoader):
+class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
     """A DataLoader over a :class:`~shardstream.StreamingDataset` with checkpointable state.
 
     ``batch_size`` is the per-device batch; it must equal the dataset's ``batch_size``
@@ -176,7 +180,9 @@ class StreamingDataLoader(LoaderStatsMixin, DataLoader):
     @checked_keywords(DataLoader.__init__)
     def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
                  pin_memory: bool = False, batch_decode: Optional[bool] = None,
-                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", stats=None, **kwargs) -> None:
+                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", stats=None, transfer: str = "auto",
+                 ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None, device=None,
+                 device_prefetch: int = 2, **kwargs) -> None:
         if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor"):
             raise InvalidArgumentError(
                 f"StreamingDataLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}; "
@@ -204,30 +210,43 @@ class StreamingDataLoader(LoaderStatsMixin, DataLoader):
                  and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
         check_ragged(dataset, columns, ragged, convert)
+        to_device = None if device is None else DevicePrefetcher(device, device_prefetch)
+        pin_memory = pin_memory or (to_device is not None and to_device.pins)
+        plane = self._plane_for(transfer, ring_bytes, pin_memory, num_workers)
         config = self._stats_config(stats)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
         self._convert = convert
         self._ragged = ragged
-        self._pin = pin_memory
+        self._to_device = to_device
         self._consumed = Consumed(dataset)
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
         if self.batch_decode:
             # torch refuses drop_last without auto-batching; only epoch_tail="mosaic" makes a short step
             self._drop_last = bool(kwargs.pop("drop_last", False))
-            collate = keep if collate_fn is None else ThroughStamp(collate_fn)
+            finish = self._worker_collate(keep if collate_fn is None else ThroughStamp(collate_fn))
             super().__init__(StepBatches(dataset, columns, self._drop_last), batch_size=None, num_workers=num_workers,
-                             collate_fn=collate, pin_memory=False, **kwargs)
+                             collate_fn=keep, pin_memory=False, **kwargs)
         else:
             if stack:
                 collate_fn = StackSamples(dataset.table.kinds(columns))
             self._drop_last = bool(kwargs.pop("drop_last", False))
             samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns, self._drop_last)
+            torch_pins = pin_memory and not stack and plane is None  # torch's thread pins user batches
+            finish = self._worker_collate(keep)
             super().__init__(samples, batch_size=None, num_workers=num_workers, collate_fn=keep,
-                             pin_memory=pin_memory and not stack, **kwargs)
+                             pin_memory=torch_pins, **kwargs)
         self.dataset.stats = config is not None
+        depth = to_device.depth if to_device is not None else 0
+        self._start_transfer(finish, transfer_batches, slot_estimate(dataset, batch_size, columns), depth)
         self._start_stats(config, dataset, batch_path=self.batch_decode)
+
+    def _worker_collate(self, inner) -> RingCollate:
+        """What each worker does last with a batch: shape it (:func:`.torchform.numpy_form`) and, with a ring,
+        write it there."""
+        form = functools.partial(numpy_form, ragged=self._ragged) if self._convert else None
+        return RingCollate(inner, form, restamp)
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -238,24 +257,26 @@ class StreamingDataLoader(LoaderStatsMixin, DataLoader):
         world = dataclasses.replace(ds.detect_world(), num_workers=self.num_workers, worker=0)
         if self.num_workers:
             cursor.upcoming(world)  # the plan is built (and cached) once here, before workers fork
+        if self._iterator is None or not self.persistent_workers:
+            self._prepare_ring()  # fresh workers start now
         it = super().__iter__()  # workers start (or resume) here, from the dataset's state as it is now
+        self._began(it)
         if self.num_workers:  # the main process keeps the record of the pass the workers run
             cursor.begin(world)
         self._expect = cursor.ticket
         self._consumed.begin()
-        return self._count(it) if self._loop_stats is None else self._count_timed(it)
+        batches = self._count(it) if self._loop_stats is None else self._count_timed(it)
+        return batches if self._to_device is None else self._to_device(batches)
 
     def _count_timed(self, it) -> Iterator[Any]:
         """:meth:`_count`, timing the loop's waits for the stats."""
-        pin = self._pin and torch.cuda.is_available()
         meter = self._loop_stats
-        for stamp, asked, got in timed_items(it, meter):
+        for stamp, asked, got in timed_items(self._unbundled(it), meter):
             self._consumed.record(stamp.position)
-            batch = stamp.item
-            if batch is None:  # a short last step dropped (drop_last=True)
+            if stamp.item is None:  # a short last step dropped (drop_last=True)
                 continue
+            batch = self._received(stamp.item)
             if self._convert:
-                batch = torch_batch(batch, pin, self._ragged)
                 meter.batch(asked, got, stamp.stats, 0, perf_counter() - got)
             else:
                 meter.batch(asked, got, stamp.stats)
@@ -263,14 +284,18 @@ class StreamingDataLoader(LoaderStatsMixin, DataLoader):
         self._consumed.finished = True
 
     def _count(self, it) -> Iterator[Any]:
-        pin = self._pin and torch.cuda.is_available()
-        for stamp in it:
+        for stamp in self._unbundled(it):
             self._consumed.record(stamp.position)
-            batch = stamp.item
-            if batch is None:  # a short last step dropped (drop_last=True)
-                continue
-            yield torch_batch(batch, pin, self._ragged) if self._convert else batch
+            if stamp.item is not None:  # else a short last step dropped (drop_last=True)
+                yield self._received(stamp.item)
         self._consumed.finished = True
+
+    def _received(self, item) -> Any:
+        """A batch from the workers (through the ring or the queue) as the training loop gets it."""
+        item, pin = self._from_worker(item)
+        if self._convert:
+            return torch_form(item, pin, self._ragged)
+        return _pin_memory(item) if pin else item
 
     def _drop_workers(self) -> None:
         it = self._iterator

@@ -11,7 +11,8 @@ Per column:
 - everything else (``str``, ``bytes``, images as PIL images, ``json``, untyped ``ndarray`` ...):
   a list of the decoded values.
 
-Workers hand the main process numpy column batches; the tensors are made there without a copy.
+Workers shape the numpy column batches (:func:`numpy_form`) and hand them to the main process, which
+makes the tensors without a copy (:func:`torch_form`).
 """
 
 from __future__ import annotations
@@ -46,18 +47,36 @@ def to_torch(batch: Any, pin: bool = False) -> Any:
     return batch
 
 
-def torch_batch(batch: dict[str, Any], pin: bool, ragged: str) -> dict[str, Any]:
-    """A numpy column batch in the form of the module docstring."""
+def numpy_form(batch: dict[str, Any], ragged: str) -> dict[str, Any]:
+    """The numpy half of the module docstring's form, done where the batch is made (a worker): 1-D
+    variable-length rows padded, with their lengths, when ``ragged="pad"``."""
+    if ragged != "pad":
+        return batch
     out: dict[str, Any] = {}
     for name, value in batch.items():
-        if not isinstance(value, Ragged) or ragged == "ragged":
-            out[name] = to_torch(value, pin)
-        elif value.shapes is None:  # 1-D rows
-            out[name] = to_torch(value.to_padded(0), pin)
-            out[lengths_key(name)] = to_torch(value.lengths.astype(np.int64), pin)
+        if isinstance(value, Ragged) and value.shapes is None:  # 1-D rows
+            out[name] = value.to_padded(0)
+            out[lengths_key(name)] = value.lengths.astype(np.int64)
         else:
-            out[name] = [to_torch(np.ascontiguousarray(row), pin) for row in value.tolist()]
+            out[name] = value
     return out
+
+
+def torch_form(batch: dict[str, Any], pin: bool, ragged: str) -> dict[str, Any]:
+    """The torch half, in the training process: a :func:`numpy_form` batch as tensors viewing its arrays
+    (rows of more dimensions, left as a Ragged by ``ragged="pad"``, as a list of tensors)."""
+    out: dict[str, Any] = {}
+    for name, value in batch.items():
+        if isinstance(value, Ragged) and ragged == "pad":
+            out[name] = [to_torch(np.ascontiguousarray(row), pin) for row in value.tolist()]
+        else:
+            out[name] = to_torch(value, pin)
+    return out
+
+
+def torch_batch(batch: dict[str, Any], pin: bool, ragged: str) -> dict[str, Any]:
+    """A numpy column batch in the form of the module docstring."""
+    return torch_form(numpy_form(batch, ragged), pin, ragged)
 
 
 def check_ragged(dataset, columns: Optional[Sequence[str]], ragged: str, converted: bool) -> None:

@@ -16,14 +16,18 @@ import dataclasses
 from time import perf_counter
 from typing import Any, Iterator, Optional
 
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
 from ..process.run import setup
-from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
-from ..stats.meter import metered, worker_label
-from .tensors import converter
+from ..stats.loaders import LoaderStatsMixin, timed_items
+from .tensors import converter, to_numpy
 from .torch import keep
+from .torchring import RingCollate, slot_estimate
+from .torchsend import WorkerTransfer, sent
+
+_CHAIN_SLOT = 4 << 20  # the least slot for a chain's batches, whose size the index cannot tell
 
 
 class Stamp:
@@ -38,6 +42,11 @@ class Stamp:
         return (Stamp, (self.item, self.reader, self.state, self.stats))
 
 
+def restamp(stamp: Stamp, item: Any) -> Stamp:
+    """The stamp with another item (what the worker sends)."""
+    return Stamp(item, stamp.reader, stamp.state, stamp.stats)
+
+
 class ChainBatches(IterableDataset):
     """The chain's items, each stamped with its reader's state (see the module docstring)."""
 
@@ -45,11 +54,11 @@ class ChainBatches(IterableDataset):
         self.chain = chain
         self.ticket = None  # the pass to run: (next epoch, loaded state), set by the loader
         self.stats = False  # whether each batch carries its stats (set by the loader)
+        self.bundle = 1  # batches a worker sends at once (set by the loader)
+        self.finish = None  # what the worker does last to each stamped batch (set by the loader)
 
     def __iter__(self) -> Iterator[Stamp]:
-        if not self.stats:
-            return self._stamps()
-        return metered(self._stamps(), worker_label(get_worker_info()), rows_of)
+        return sent(self._stamps(), self)
 
     def _stamps(self) -> Iterator[Stamp]:
         chain = self.chain
@@ -59,14 +68,16 @@ class ChainBatches(IterableDataset):
             yield Stamp(item, reader, run.state())
 
 
-class PipelineDataLoader(LoaderStatsMixin, DataLoader):
+class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
     """A DataLoader over a processing chain ``chain``; ``batch_size`` rows per batch (None: the chain's
     items are already batches, e.g. after ``.batch(n)``). Batches come as torch tensors (numbers and
     equal-shape arrays) and lists (other values). ``stats``: keep loader stats (``True``, a list of
-    exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`)."""
+    exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`). ``transfer``,
+    ``ring_bytes``, ``transfer_batches``: how batches cross from the workers, as for ``StreamingDataLoader``."""
 
     def __init__(self, chain, batch_size: Optional[int] = None, *, num_workers: int = 0, drop_last: bool = False,
-                 collate_fn=None, stats=None, **kwargs) -> None:
+                 collate_fn=None, stats=None, pin_memory: bool = False, transfer: str = "auto",
+                 ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None, **kwargs) -> None:
         for key in ("shuffle", "sampler", "batch_sampler"):
             if kwargs.get(key) not in (None, False):
                 raise InvalidArgumentError(f"{key}={kwargs[key]!r}: the chain orders its items; use ds.shuffle(...)")
@@ -74,6 +85,7 @@ class PipelineDataLoader(LoaderStatsMixin, DataLoader):
             raise InvalidArgumentError("persistent_workers=True is not supported over a processing chain: each "
                                        "epoch's workers start from the chain's state; leave it False")
         config = self._stats_config(stats)
+        self._plane_for(transfer, ring_bytes, pin_memory, num_workers)
         if batch_size is not None:
             chain = chain.batch(batch_size, drop_last_batch=drop_last)
         self.chain = chain
@@ -84,6 +96,10 @@ class PipelineDataLoader(LoaderStatsMixin, DataLoader):
         self._finished = False
         super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
         self.dataset.stats = config is not None
+        slot = max(_CHAIN_SLOT, slot_estimate(chain.root, batch_size or 1)) if chain.root.shards else _CHAIN_SLOT
+        # without a collate_fn of the user's, lists of numbers become arrays in the worker (and cross the ring)
+        self._start_transfer(RingCollate(keep, to_numpy if collate_fn is None else None, restamp), transfer_batches,
+                             slot, 0)
         self._start_stats(config, chain.root)
 
     def __iter__(self) -> Iterator[Any]:
@@ -93,7 +109,9 @@ class PipelineDataLoader(LoaderStatsMixin, DataLoader):
         made = setup(chain.root, chain.specs, world, chain._next_epoch, chain._loaded)
         first = world.reader * max(self.num_workers, 1)
         self.dataset.ticket = (chain._next_epoch, chain._loaded)
+        self._prepare_ring()
         it = super().__iter__()  # the workers take the ticket as it is now
+        self._began(it)
         chain._loaded, chain._next_epoch = None, made.epoch + 1
         self._setup, self._finished, self._handed = made, False, 0
         n = len(chain.specs)
@@ -104,22 +122,25 @@ class PipelineDataLoader(LoaderStatsMixin, DataLoader):
     def _count_timed(self, it) -> Iterator[Any]:
         """:meth:`_count`, timing the loop's waits for the stats."""
         meter = self._loop_stats
-        for stamp, asked, got in timed_items(it, meter):
+        for stamp, asked, got in timed_items(self._unbundled(it), meter):
             self._states[stamp.reader] = stamp.state
             self._handed += 1
-            item = stamp.item
-            batch = self._collate(item) if self._collate is not None else self._to_torch(item)
+            batch = self._received(stamp.item)
             meter.batch(asked, got, stamp.stats, 0, perf_counter() - got)
             yield batch
         self._finished = True
 
     def _count(self, it) -> Iterator[Any]:
-        for stamp in it:
+        for stamp in self._unbundled(it):
             self._states[stamp.reader] = stamp.state
             self._handed += 1
-            item = stamp.item
-            yield self._collate(item) if self._collate is not None else self._to_torch(item)
+            yield self._received(stamp.item)
         self._finished = True
+
+    def _received(self, item) -> Any:
+        item, pin = self._from_worker(item)
+        batch = self._collate(item) if self._collate is not None else self._to_torch(item)
+        return _pin_memory(batch) if pin else batch
 
     def state_dict(self) -> dict:
         """The chain's state after the batches handed to the training loop (this rank's readers)."""

@@ -93,6 +93,17 @@ def add_after(stats: Optional[list], stage: str, seconds: float) -> None:
         stats[SENT] = time.time()  # else the loop's transfer time would count this stage too
 
 
+def sent_now(stamps: list) -> None:
+    """The batches ``stamps`` (a bundle) leave now: their transfer time counts from here, not from when
+    each was ready (waiting for the rest of its bundle is not transfer)."""
+    now = None
+    for stamp in stamps:
+        stats = stamp.stats
+        if stats is not None and stats[SENT]:
+            now = now or time.time()
+            stats[SENT] = now
+
+
 def worker_label(info: Optional[Any]) -> str:
     """``"w<id>"`` for a DataLoader worker (``info``: torch's worker info), ``"main"`` with none."""
     return "main" if info is None else f"w{info.id}"
