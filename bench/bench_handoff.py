@@ -21,10 +21,11 @@ one after the other (``bench_handoff_sides.py``; mosaicml-streaming's in the pee
    ``collate`` for shardstream and for mosaicml-streaming at several ``predownload`` values.
 3. *GPU curve* (``--gpu``, instead of 1 and 2): workers 1, 2, 4, 8, 14 and batches of 1,024 and 256;
    shardstream unpinned, pinned and moved with ``.to("cuda", non_blocking=True)``, and with
-   ``device="cuda"`` where the loader takes it; mosaicml-streaming and torch's mechanism unpinned and
-   pinned + moved. Each case runs for a fixed steady window (``--window-s``); ``--budget-s`` bounds
-   the whole run, dropping the lowest-priority cases first (batches of 1,024 moved to the GPU, then
-   unpinned, then batches of 256). The JSON and the report are written again after every case.
+   ``device="cuda"`` where the loader takes it; mosaicml-streaming and torch's mechanism unpinned
+   and pinned + moved, all with persistent workers. Each case runs for a fixed steady window
+   (``--window-s``); ``--budget-s`` bounds the whole run, dropping the lowest-priority cases first
+   (batches of 1,024 moved to the GPU, then unpinned, then batches of 256). The JSON and the report
+   are written again after every case.
 
 ``bench/run.py`` calls :func:`run_handoff` (and ``bench_handoff_report.markdown``).
 """
@@ -205,8 +206,8 @@ def run_gpu(run: Runner, R: dict, base: dict, save: Callable[[], None]) -> None:
         log(f"[{k}/{len(plan)}, {R['config']['budget_s'] - run.left_s():.0f} s of {R['config']['budget_s']:.0f} s]"
             f" {case} B={batch} workers={w}")
         cfg = dict(base, task="handoff", name=f"{case} B={batch} W={w}", batch=batch, workers=w, mode=mode,
-                   warmup=0, epochs=0, window_s=R["config"]["window_s"],
-                   max_s=4 * R["config"]["window_s"] + 5, skip=_skip(R, w))
+                   persistent=True, warmup=0, epochs=0, window_s=R["config"]["window_s"],
+                   max_s=4 * R["config"]["window_s"] + 5, skip=_skip(R, w), skip_next=0)
         r = cell[str(w)] = run.run(library, f"gpu-{case}-b{batch}-w{w}", cfg, quiet=False)
         walls.setdefault(library, []).append(r.get("wall_s", GUESS_S))
         save()

@@ -49,7 +49,8 @@ def main() -> None:
     elif task == "handoff":
         def make():
             return StreamingDataLoader(dataset(), batch_size=cfg["batch"], num_workers=cfg["workers"],
-                                       pin_memory=cfg.get("mode") == "pinned")
+                                       pin_memory=cfg.get("mode") == "pinned",
+                                       persistent_workers=cfg.get("persistent", False))
 
         res = measure(make, cfg, info)
     else:

@@ -260,14 +260,15 @@ def gpu_part(R: dict) -> list[str]:
         L += [f"Batches of {int(batch):,}:", ""]
         L += _table(["Case"] + [f"{w} worker{'s' if w != '1' else ''}" for w in workers], rows) + [""]
     L += [(f"Each cell: GB/s delivered (payload of the batches the loop received over the steady windows) and, in "
-           "brackets, the training process's CPU per MB (µs). One fresh process per cell, one after the other, in "
-           "priority order (batches of 1,024 moved to the GPU, then unpinned, then the next batch size); each runs "
-           f"epochs until its steady windows add up to {cfg['window_s']:g} s (the last epoch is left unfinished); "
-           f"in each epoch the first {_skip_text(cfg)} batches are left out. *Unpinned*: the batches are read on "
-           "the CPU where they arrived; *pinned*: `pin_memory=True` and the loop moves each tensor with "
-           "`.to(\"cuda\", non_blocking=True)`; `device=\"cuda\"`: the loader hands over batches already on the GPU. "
-           "With the GPU, each window ends with `torch.cuda.synchronize()` and the checksums are summed on the GPU. "
-           f"The whole run had a budget of {cfg.get('budget_s') or 0:.0f} s.")]
+           "brackets, the training process's CPU per MB (µs). One fresh process per cell (persistent workers, "
+           "shuffled), one after the other, in priority order (batches of 1,024 moved to the GPU, then unpinned, "
+           f"then the next batch size); each runs epochs until its steady windows add up to {cfg['window_s']:g} s "
+           f"(the last epoch is left unfinished); the first {_skip_text(cfg)} batches of the first epoch are left "
+           "out, and the windows of the later epochs run from `iter(loader)` on (the time between epochs counted). "
+           "*Unpinned*: the batches are read on the CPU where they arrived; *pinned*: `pin_memory=True` and the "
+           "loop moves each tensor with `.to(\"cuda\", non_blocking=True)`; `device=\"cuda\"`: the loader hands over "
+           "batches already on the GPU. With the GPU, each window ends with `torch.cuda.synchronize()` and the "
+           f"checksums are summed on the GPU. The whole run had a budget of {cfg.get('budget_s') or 0:.0f} s.")]
     L += [""] + [f"- ({k}) Not run: {why}." for why, k in notes.items()]
     return L
 

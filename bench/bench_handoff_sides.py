@@ -8,15 +8,17 @@ batches, the reference) and where to write the result. mosaicml-streaming's side
 (``bench_handoff_peers.py``, peer venv) shares :func:`measure`, :func:`collate` and
 :func:`mover`; this module needs only the standard library and numpy at import.
 
-:func:`measure` runs a loader's epochs one after the other. In each epoch the first ``skip``
-batches are left out (worker start-up, the prefetch fill); the steady window runs from there to
-the end of the epoch, or to the batch where the steady time of all windows reaches ``window_s``
-(the epoch is then left unfinished). Over the windows it takes the samples, the payload bytes
-(``x`` + the 8-byte label), and the training process's CPU time (``getrusage(RUSAGE_SELF)``, all
-its threads). The workers' CPU (``RUSAGE_CHILDREN``) is counted once they have exited, over the
-whole run. Every finished epoch is checked: sample count, sum of the labels, sum of ``x[:, 0]``
-(which reads every page of ``x``); the sums are kept as tensors where the batch lies, so a batch
-on the GPU is never waited for until its epoch ends.
+:func:`measure` runs a loader's epochs one after the other. In each epoch the first ``skip`` batches
+are left out (worker start-up, the prefetch fill); the steady window runs from there to the end of
+the epoch, or to the batch where the steady time of all windows reaches ``window_s`` (the epoch is
+then left unfinished). With ``skip_next`` 0 (persistent workers), only the first epoch leaves
+batches out: the later windows run from ``iter(loader)``, the time between epochs included. Over the
+windows it takes the samples, the payload bytes (``x`` + the 8-byte label), and the training
+process's CPU time (``getrusage(RUSAGE_SELF)``, all its threads). The workers' CPU
+(``RUSAGE_CHILDREN``) is counted once they have exited, over the whole run. Every finished epoch is
+checked: sample count, sum of the labels, sum of ``x[:, 0]`` (which reads every page of ``x``); the
+sums are kept as tensors where the batch lies, so a batch on the GPU is never waited for until its
+epoch ends.
 """
 
 from __future__ import annotations
@@ -89,15 +91,16 @@ class Window:
         self.switches += u1[2] - u0[2]
 
 
-def _epoch(loader, cfg: dict, win: Window, move, sync: Callable[[], None], t_start: float) -> dict:
-    """One epoch (or its first part, once the windows reach ``window_s`` or the run ``max_s``)."""
-    skip, window_s, max_s = cfg["skip"], cfg.get("window_s") or 0.0, cfg.get("max_s") or float("inf")
-    n = 0
+def _epoch(loader, cfg: dict, skip: int, win: Window, move, sync: Callable[[], None], t_start: float) -> dict:
+    """One epoch (or its first part, once the windows reach ``window_s`` or the run ``max_s``); its steady
+    window starts after ``skip`` batches, or with ``skip`` 0 before ``iter(loader)`` (the time between two
+    epochs is then counted)."""
+    window_s, max_s = cfg.get("window_s") or 0.0, cfg.get("max_s") or float("inf")
+    n = n_w = 0
     lab = x0 = 0
-    t_w = u_w = None
-    n_w = 0
     stopped = False
     t0 = time.perf_counter()
+    t_w, u_w = (t0, _usage()) if skip == 0 else (None, None)
     it = iter(loader)
     for i, b in enumerate(it):
         if move is not None:
@@ -139,11 +142,12 @@ def measure(make: Callable[[], Any], cfg: dict, info: dict) -> dict:
     loader = make()
     open_s = time.perf_counter() - t
     for _ in range(cfg.get("warmup", 0)):
-        _epoch(loader, dict(cfg, window_s=0, max_s=None), Window(), move, sync, time.perf_counter())
+        _epoch(loader, dict(cfg, window_s=0, max_s=None), cfg["skip"], Window(), move, sync, time.perf_counter())
     win, epochs = Window(), []
     kids0, t_start = _children_cpu(), time.perf_counter()
     while True:
-        epochs.append(_epoch(loader, cfg, win, move, sync, t_start))
+        skip = cfg["skip"] if not epochs else cfg.get("skip_next", cfg["skip"])
+        epochs.append(_epoch(loader, cfg, skip, win, move, sync, t_start))
         done = sum(e["finished"] for e in epochs)
         if not epochs[-1]["finished"] or (done >= cfg.get("epochs", 0) and win.s >= (cfg.get("window_s") or 0)):
             break
@@ -239,7 +243,7 @@ def make_torch(cfg: dict) -> Callable[[], Any]:
     x, labels = bench_loader.load(cfg["npz"])
     ds = ReadyBatches(x, labels, cfg["batch"])
     return lambda: DataLoader(ds, batch_size=None, sampler=RandomSampler(ds), num_workers=cfg["workers"],
-                              pin_memory=cfg.get("mode") == "pinned")
+                              pin_memory=cfg.get("mode") == "pinned", persistent_workers=cfg.get("persistent", False))
 
 
 def make_shardstream(cfg: dict) -> Callable[[], Any]:
@@ -253,7 +257,8 @@ def make_shardstream(cfg: dict) -> Callable[[], Any]:
             kw["pin_memory"] = True
         elif cfg.get("mode") == "device":
             kw["device"] = "cuda"
-        return StreamingDataLoader(ds, batch_size=cfg["batch"], num_workers=cfg["workers"], **kw)
+        return StreamingDataLoader(ds, batch_size=cfg["batch"], num_workers=cfg["workers"],
+                                   persistent_workers=cfg.get("persistent", False), **kw)
 
     return make
 
