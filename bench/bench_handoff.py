@@ -209,6 +209,8 @@ def run_gpu(run: Runner, R: dict, base: dict, save: Callable[[], None]) -> None:
                    persistent=True, warmup=0, epochs=0, window_s=R["config"]["window_s"],
                    max_s=4 * R["config"]["window_s"] + 5, skip=_skip(R, w), skip_next=0)
         r = cell[str(w)] = run.run(library, f"gpu-{case}-b{batch}-w{w}", cfg, quiet=False)
+        if "timed out" in r.get("error", "") and run.left_s() <= 0:
+            cell[str(w)] = dict(r, skipped="cut off at the end of the budget")
         walls.setdefault(library, []).append(r.get("wall_s", GUESS_S))
         save()
 

@@ -20,8 +20,12 @@ OUT=${OUT:-/tmp/handoff}
 mkdir -p "$OUT"
 
 start=$(date +%s)
-"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
+if "$PY" -m pip --version >/dev/null 2>&1; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$SITE" "$WHEELS"/*.whl
+else  # no pip: a wheel is a zip file laid out as it is installed
+    for wheel in "$WHEELS"/*.whl; do "$PY" -m zipfile -e "$wheel" "$SITE"; done
+fi
 export PYTHONPATH="$SITE:$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
 echo "device_handoff: wheels installed in $(( $(date +%s) - start )) s"
 
@@ -29,16 +33,18 @@ nvidia-smi -L || echo "device_handoff: no nvidia-smi"
 echo "CPUs: $(nproc)"
 df -h /dev/shm | tail -n 1
 "$PY" - <<'PYEOF'
-import platform, sys
+import platform
 import numpy, torch, streaming, zstandard
 print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}, "
       f"available: {torch.cuda.is_available()}), numpy {numpy.__version__}, "
       f"mosaicml-streaming {streaming.__version__}, zstandard {zstandard.__version__}")
 PYEOF
 
+set +e  # a failed case still leaves its report; the exit status says so
 "$PY" -u bench/bench_handoff.py --gpu --peer-python "$(command -v "$PY")" --peer-path '' \
     --budget-s "${BUDGET_S:-320}" --out "$OUT/handoff.md" --json "$OUT/handoff.json" "$@" 2>&1 \
     | tee "$OUT/handoff.log"
 status=${PIPESTATUS[0]}
+set -e
 echo "device_handoff: done in $(( $(date +%s) - start )) s (exit $status)"
 exit "$status"
