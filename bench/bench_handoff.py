@@ -128,7 +128,7 @@ class Runner:
 
 def size(samples: int, workers: tuple[int, ...], batches: tuple[int, ...]) -> int:
     """``samples`` rounded up so that every worker count and batch size divides an epoch evenly."""
-    step = math.lcm(*workers) * max(batches)
+    step = math.lcm(*workers) * math.lcm(*batches)
     return -(-samples // step) * step
 
 
@@ -136,7 +136,7 @@ def skipped(reason: str) -> dict:
     return {"skipped": reason}
 
 
-def needs(probe: dict, library: str, mode: str, keyword: Optional[str] = None) -> Optional[str]:
+def needs(probe: dict, mode: str, keyword: Optional[str] = None) -> Optional[str]:
     """Why a case cannot run in this checkout or on this machine (None: it can)."""
     if keyword and not probe.get(keyword):
         return f"this checkout's StreamingDataLoader has no `{keyword}` keyword"
@@ -153,7 +153,7 @@ def run_cpu_handoff(run: Runner, R: dict, base: dict, save: Callable[[], None]) 
     for batch in R["config"]["batches"]:
         out = R["handoff"].setdefault(str(batch), {})
         for case, (library, options, keyword) in HANDOFF_CASES.items():
-            why = needs(R["probe"], library, "unpinned", keyword)
+            why = needs(R["probe"], "unpinned", keyword)
             if why:
                 out[case] = skipped(why)
                 continue
@@ -196,7 +196,7 @@ def run_gpu(run: Runner, R: dict, base: dict, save: Callable[[], None]) -> None:
     for k, (batch, case, w) in enumerate(plan, 1):
         library, mode = GPU_CASES[case]
         cell = R["gpu"].setdefault(str(batch), {}).setdefault(case, {})
-        why = needs(R["probe"], library, mode) or (None if library in R["libraries"] else NO_PEER)
+        why = needs(R["probe"], mode) or (None if library in R["libraries"] else NO_PEER)
         guess = statistics.median(walls[library]) if walls.get(library) else GUESS_S
         if not why and run.left_s() < guess:
             why = f"dropped: {run.left_s():.0f} s of the budget left, a case takes ~{guess:.0f} s"
