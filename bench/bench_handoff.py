@@ -63,6 +63,7 @@ RUN_TIMEOUT_S = 600
 GPU_BUDGET_S = 320.0
 NO_PEER = "no mosaicml-streaming (`--peer-python`)"
 GUESS_S = 10.0  # a case's wall time before any case of its library ran
+GPU_START_S = 60.0  # a GPU case's time to start (imports, CUDA, workers) before it is taken for hung
 
 # name -> (library, options, the keyword it needs); the order is the order of the table
 HANDOFF_CASES = {
@@ -112,7 +113,8 @@ class Runner:
     def left_s(self) -> float:
         return float("inf") if self.deadline is None else self.deadline - time.perf_counter()
 
-    def run(self, library: str, tag: str, cfg: dict, quiet: bool = True) -> dict:
+    def run(self, library: str, tag: str, cfg: dict, quiet: bool = True, timeout_s: float = RUN_TIMEOUT_S) -> dict:
+        """Run one measurement (stopped after ``timeout_s``, or at the budget's end) and return its result."""
         self.count += 1
         tag = f"{self.count:03d}-{tag}"
         out = os.path.join(self.work, f"result-{tag}.json")
@@ -121,7 +123,7 @@ class Runner:
         waited = bench_loader.wait_quiet(self.max_busy, self.wait_s) if quiet and self.wait_s > 0 else {}
         cmd = self.command(library, cfg_path)
         log(f"== {tag}: {' '.join(shlex.quote(c) for c in cmd)}")
-        timeout = max(5.0, min(RUN_TIMEOUT_S, self.left_s()))
+        timeout = max(5.0, min(timeout_s, self.left_s()))
         err_log = os.path.join(self.work, f"stderr-{tag}.log")
         return bench_loader.measured_run(cmd, self.env(library), ROOT, out, err_log, tag, waited, timeout)
 
@@ -208,7 +210,8 @@ def run_gpu(run: Runner, R: dict, base: dict, save: Callable[[], None]) -> None:
         cfg = dict(base, task="handoff", name=f"{case} B={batch} W={w}", batch=batch, workers=w, mode=mode,
                    persistent=True, warmup=0, epochs=0, window_s=R["config"]["window_s"],
                    max_s=4 * R["config"]["window_s"] + 5, skip=_skip(R, w), skip_next=0)
-        r = cell[str(w)] = run.run(library, f"gpu-{case}-b{batch}-w{w}", cfg, quiet=False)
+        r = cell[str(w)] = run.run(library, f"gpu-{case}-b{batch}-w{w}", cfg, quiet=False,
+                                   timeout_s=cfg["max_s"] + GPU_START_S)
         if "timed out" in r.get("error", "") and run.left_s() <= 0:
             cell[str(w)] = dict(r, skipped="cut off at the end of the budget")
         walls.setdefault(library, []).append(r.get("wall_s", GUESS_S))
