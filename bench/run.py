@@ -28,6 +28,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_convert
 import bench_files
+import bench_handoff
+import bench_handoff_report
 import bench_loader
 import bench_loader_stats
 import bench_mix
@@ -196,6 +198,7 @@ def summarize_targets(R: dict) -> list[dict]:
             + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
             + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert"))
             + bench_textshards.target_rows(R.get("textshards"))
+            + bench_handoff_report.target_rows(R.get("handoff"))
             + bench_loader_stats.target_rows(R.get("loader_stats")))
 
 
@@ -411,6 +414,9 @@ def render(R: dict, images: list[tuple[str, str]] = ()) -> str:
     if R.get("textshards"):
         L += [bench_textshards.markdown(R["textshards"]).replace("## JSON, CSV", f"## {n}. JSON, CSV", 1), ""]
         n += 1
+    if R.get("handoff"):
+        L += [bench_handoff_report.markdown(R["handoff"]).replace("## Handing", f"## {n}. Handing", 1), ""]
+        n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
     L += table(["Target", "Measured", "Ratio", "Required", "Status"], rows)
@@ -490,10 +496,16 @@ def main() -> None:
     ap.add_argument("--convert-repeats", type=int, default=1, help="runs (fresh processes) per conversion case")
     ap.add_argument("--textshards-samples", type=int, default=bench_textshards.DEFAULT_SAMPLES,
                     help="samples of the JSON / CSV shards section (bench/bench_textshards.py; 0 to skip)")
+    ap.add_argument("--handoff-samples", type=int, default=bench_handoff.DEFAULT_SAMPLES,
+                    help="samples of the section on handing batches to the training process (bench/bench_handoff.py; "
+                    "0 to skip)")
+    ap.add_argument("--handoff-wait", type=float, default=30.0,
+                    help="before each handoff measurement, wait up to this many seconds for the CPUs to be at most "
+                    "25%% busy (0: never wait)")
     ap.add_argument("--only", choices=sorted(ONLY), help="run only this section, put its results into the raw "
                     "results of the last full run (--json) and re-render --out from them; with --from-json, take "
-                    "the section's results from that file (bench/bench_pipeline.py, bench/bench_convert.py or "
-                    "bench/bench_textshards.py --json) instead of measuring")
+                    "the section's results from that file (bench/bench_pipeline.py, bench/bench_convert.py, "
+                    "bench/bench_textshards.py or bench/bench_handoff.py --json) instead of measuring")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
     if args.only:
@@ -581,6 +593,8 @@ def main() -> None:
         R["convert"] = _run_convert(args)
     if args.textshards_samples:
         R["textshards"] = _run_textshards(args)
+    if args.handoff_samples:
+        R["handoff"] = _run_handoff(args)
     R["loadavg_after"] = _load()
     R["summary"] = summarize_targets(R)
     R["total_s"] = time.perf_counter() - total_start
@@ -632,15 +646,27 @@ def _run_loader_stats(args) -> dict:
     return R
 
 
+def _run_handoff(args) -> dict:
+    R = bench_handoff.run_handoff(os.path.join(args.work, "handoff"), args.peer_python, args.handoff_samples,
+                                  wait_s=args.handoff_wait, peer_path=os.path.join(ROOT, "tests", "peer_stubs"),
+                                  keep_data=args.keep_data)
+    wrong = bench_handoff.failed(R)
+    if wrong:
+        log(f"!! handoff section: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
 ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
         "textshards": ("textshards", _run_textshards, bench_textshards.markdown),
-        "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown)}
+        "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown),
+        "handoff": ("handoff", _run_handoff, bench_handoff_report.markdown)}
 
 
 def run_only(args) -> None:
-    """``--only pipeline`` / ``convert`` / ``textshards``: that section alone, merged into the raw results of the last full run (the other
+    """``--only pipeline`` / ``convert`` / ``textshards`` / ``loaderstats`` / ``handoff``: that section alone,
+    merged into the raw results of the last full run (the other
     sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
     results, --out gets the section alone."""
     out_json = args.json or os.path.splitext(args.out)[0] + ".json"
