@@ -31,7 +31,7 @@ from ..ring.pack import pack, register_leaf
 
 TRANSFERS = ("auto", "ring", "queue")
 _MIN_SLOT = 64 * 1024
-BUNDLE_BYTES = 4 << 20  # a worker sends about this much at once (one crossing of torch's queue)
+BUNDLE_BYTES = 8 << 20  # a worker sends about this much at once (one crossing of torch's queue)
 MAX_BUNDLE = 16
 
 
@@ -119,7 +119,7 @@ class RingPlane:
         self.ring: Optional[Ring] = None
         self.spilled = 0  # batches that crossed the queue (no free slot, or too big)
         self.needed = 0  # the largest batch that did not fit in a slot
-        self.pending: deque = deque()  # (slot, CUDA event) of pinned slots released, not yet free
+        self.pending: deque = deque()  # (ring, slot, CUDA event) of pinned slots released, not yet free
         self._said: set = set()
 
     # -- before the workers start ---------------------------------------------------------------
@@ -180,23 +180,25 @@ class RingPlane:
                       "pass's ring is made bigger")
         return item.item, pin
 
-    def defer(self, slot: int) -> bool:
+    def defer(self, ring: Ring, slot: int) -> bool:
         """A pinned slot's release waits for the copies enqueued before it (see the module docstring)."""
         if not torch.cuda.is_initialized():
             return False
-        event = torch.cuda.Event()
-        event.record()
-        self.pending.append((slot, event))
+        try:
+            event = torch.cuda.Event()
+            event.record()
+        except RuntimeError:  # CUDA is going away (the process is ending): nothing is copying any more
+            return False
+        self.pending.append((ring, slot, event))
         return True
 
     def _poll(self, wait: bool = False) -> None:
-        ring, pending = self.ring, self.pending
-        while pending and (wait or pending[0][1].query()):
-            slot, event = pending.popleft()
+        pending = self.pending
+        while pending and (wait or pending[0][2].query()):
+            ring, slot, event = pending.popleft()
             if wait:
                 event.synchronize()
-            if ring is not None:
-                ring.free(slot)
+            ring.free(slot)
 
 
 class RingFallbackWarning(UserWarning):
@@ -225,7 +227,7 @@ def bundle_size(given: Optional[int], slot_bytes: int) -> int:
     if given is not None:
         if isinstance(given, bool) or not isinstance(given, int) or given < 1:
             raise InvalidArgumentError(f"transfer_batches={given!r} must be an int >= 1 (batches a worker sends at "
-                                       "once) or None (about 4 MB worth)")
+                                       "once) or None (about 8 MB worth)")
         return given
     return max(1, min(MAX_BUNDLE, BUNDLE_BYTES // max(slot_bytes, 1)))
 

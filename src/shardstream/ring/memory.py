@@ -82,7 +82,7 @@ class Ring:
         self.data_offset = self.size - self.slots * self.slot_bytes
         self._held = np.zeros(self.slots, bool)  # slots with a live lease in this process
         self._fence = threading.Lock()
-        self.on_release: Optional[Callable[[int], bool]] = None  # may defer a release (returns True if it did)
+        self.on_release: Optional[Callable[[Ring, int], bool]] = None  # may defer a release (True if it did)
         self._next = 0  # the worker's next slot to look at
         self.pinned = False  # page-locked for an accelerator's copies (in the training process)
 
@@ -133,7 +133,7 @@ class Ring:
 
     def release(self, slot: int) -> None:
         """The slot's batch is gone in this process: its worker may write into it again."""
-        if self.on_release is not None and self.on_release(slot):
+        if self.on_release is not None and self.on_release(self, slot):
             return  # released later (e.g. once a copy from it has finished)
         self.free(slot)
 
