@@ -46,7 +46,7 @@ from .stream import one_stream
 from .table import ShardTable
 from .world import detect_world, rank_world
 from ..process.chain import Operations, ShuffleFlag
-from ..integrations.torchenv import die_with_parent, register_iterable
+from ..integrations.torchenv import prepare_worker, register_iterable
 
 
 class StreamingDataset(Operations):
@@ -306,7 +306,7 @@ class StreamingDataset(Operations):
         fetched through it (``columns`` then keeps those keys of its samples).
         """
         self.check_columns(columns)
-        die_with_parent()
+        prepare_worker()
         reading = self._reading(world, columns)
         if self.makes_own_samples():
             cls = type(self)
@@ -323,7 +323,7 @@ class StreamingDataset(Operations):
         variable-length arrays :class:`~shardstream.Ragged`, other columns lists.
         """
         self.check_batchable(columns)  # before the pass begins, so a refused call leaves a pending resume alone
-        die_with_parent()
+        prepare_worker()
         return self._reading(world, columns).batches()
 
     def get_batch(self, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
