@@ -63,6 +63,14 @@ def test_json_adds_up_over_passes(dataset):
     assert out["plot"] is None
 
 
+@pytest.mark.parametrize("transfer", ["ring", "queue"])
+def test_either_transfer_delivers_the_epoch(dataset, transfer):
+    out = json.loads(profile(dataset, "--batches", 30, "--batch-size", 8, "--num-workers", 2, "--transfer", transfer,
+                             "--json", check_rc=0).stdout)
+    assert out["run"]["passes"] == 1 and out["total"]["samples"] == 240
+    assert sorted(out["total"]["per_worker"]) == ["w0", "w1"]
+
+
 def test_one_pass_delivers_the_epoch(dataset):
     out = json.loads(profile(dataset, "--batches", 30, "--batch-size", 8, "--num-workers", 1, "--columns", "id",
                              "--json", check_rc=0).stdout)
@@ -106,6 +114,7 @@ def test_remote_dataset_over_http(tmp_path):
     (["--seconds", 0], "--seconds 0.0"),
     (["--plot", "out.svg"], "give a .png path"),
     (["--loader", "numpy", "--num-workers", 2], "--num-workers 2 with --loader numpy"),
+    (["--loader", "numpy", "--transfer", "ring"], "--transfer ring with --loader numpy"),
 ])
 def test_bad_options_exit_2(dataset, args, message):
     proc = profile(dataset, *args, check_rc=2)

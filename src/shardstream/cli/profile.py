@@ -44,6 +44,8 @@ def add_profile_command(sub) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="samples per batch (default 32)")
     p.add_argument("--num-workers", type=int, default=None,
                    help="DataLoader worker processes (default: the CPUs, at most 8; --loader torch only)")
+    p.add_argument("--transfer", choices=("auto", "ring", "queue"), default=None,
+                   help="how batches cross from the workers: the shared ring (auto, the default), or torch's queue")
     p.add_argument("--step-time", type=float, default=0.0, metavar="SECONDS",
                    help="the simulated training step, slept after each batch (default 0: none; the verdict then "
                         "says which step the loader sustains)")
@@ -141,8 +143,12 @@ def make_loader(args, dataset, stats: StatsConfig, pipeline: bool = False):
     columns = {} if args.columns is None else {"columns": args.columns}
     if kind == "torch":
         workers = default_workers() if args.num_workers is None else args.num_workers
+        transfer = {} if args.transfer is None else {"transfer": args.transfer}
         return shardstream.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=workers, stats=stats,
-                                               **columns)
+                                               **columns, **transfer)
+    if args.transfer is not None:
+        raise _bad(f"--transfer {args.transfer} with --loader numpy: the numpy loader makes batches in one "
+                   "background thread, nothing crosses between processes; use --loader torch")
     if args.num_workers is not None:
         raise _bad(f"--num-workers {args.num_workers} with --loader numpy: the numpy loader makes batches in one "
                    "background thread; drop --num-workers, or use --loader torch for worker processes")
