@@ -20,6 +20,7 @@ from ..errors import CorruptShardError, HashMismatchError, SampleIndexError, Sha
 from .atomic import atomic_write
 from .compression import decompress
 from .fastdecode import make_sample_decoder
+from .gather import Windows
 from .hashing import digest
 from .index import ShardInfo, shard_path
 from .source import ShardRows
@@ -39,6 +40,8 @@ class ShardReader(ShardRows):
         self.mv = memoryview(buf)
         self.samples = info.samples
         self._check_header()
+        self.windows = Windows(self.mv)  # views for gathering many samples' bytes at once
+        self.var_columns = sum(1 for size in info.column_sizes if size is None)
         self.column_names = info.column_names
         base = np.frombuffer(self.mv, np.uint8).ctypes.data if len(self.mv) else 0
         self.decode_at, self.get_unchecked = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
