@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..format.batch import concat_batches, stack_samples, take_rows
+from ..format.stridebatch import decode_strided, stride_table
 from ..stats import record
 from .prefetch import Chunk, Prefetcher
 from .working_set import upcoming_shards, warn_if_too_small
@@ -237,8 +238,13 @@ class _Getters:
 
 
 def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[str, Any]:
-    """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order:
-    each run of samples from one shard is decoded at once (a range read when consecutive)."""
+    """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order: gathered as rows
+    of byte tables when the shards' samples have one size (see :mod:`~shardstream.format.stridebatch`),
+    else each run of samples from one shard is decoded at once (a range read when consecutive)."""
+    if stride_table(reader(int(shards[0]))) is not None:
+        batch = decode_strided(reader, shards, local, columns)
+        if batch is not None:
+            return batch
     cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1
     if not cuts.size:
         return _decode_run(reader(int(shards[0])), local, columns)

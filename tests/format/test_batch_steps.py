@@ -1,0 +1,160 @@
+"""Step batches of fixed-size shards (byte tables): each gives what per-sample decoding gives, or the
+same error."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, StreamingDataset, register_encoding
+from shardstream.format.stridebatch import decode_strided
+from shardstream.loader.reading import decode_step
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+FIXED = {"x": "ndarray:uint8:7", "label": "int", "f": "float32", "m": "ndarray:int16:2,3", "h": "float16"}
+
+
+def _fixed_sample(i: int) -> dict:
+    return {"x": np.arange(7, dtype=np.uint8) + i % 200, "label": i * 3 - 50, "f": np.float32(i / 7),
+            "m": np.arange(6, dtype=np.int16).reshape(2, 3) * i, "h": np.float16(i % 50)}
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("fixed") / "ds")
+    with MDSWriter(out=out, columns=FIXED, size_limit=1 << 12) as w:
+        for i in range(500):
+            w.write(_fixed_sample(i))
+    return out
+
+
+def _step_reference(ds, shards, local, columns):
+    table = ds.table
+    per = [table.reader(int(s)).get(int(i)) for s, i in zip(shards, local)]
+    names = [n for n in table.reader(0).column_names if columns is None or n in columns]
+    out = {}
+    for name in names:
+        enc = table.reader(0).info.encodings[table.reader(0).column_names.index(name)]
+        out[name] = np.array([p[name] for p in per], enc.np_dtype).reshape((len(per), *enc.shape))
+    return out
+
+
+@SETTINGS
+@given(data=st.data())
+def test_strided_steps_match_per_sample(fixed, data, assert_column):
+    ds = StreamingDataset(local=fixed)
+    table = ds.table
+    n_shards = len(ds.shards)
+    assert n_shards >= 5 and table.reader(0).stride_rows() is not None
+    size = data.draw(st.integers(1, 90))
+    shards = np.array(data.draw(st.lists(st.integers(0, n_shards - 1), min_size=size, max_size=size)), np.int64)
+    local = np.array([data.draw(st.integers(0, table.reader(int(s)).samples - 1)) for s in shards], np.int64)
+    columns = data.draw(st.one_of(st.none(), st.lists(st.sampled_from(sorted(FIXED)), min_size=1, unique=True)))
+    got = decode_strided(table.reader, shards, local, columns)
+    want = _step_reference(ds, shards, local, columns)
+    assert list(got) == list(want)
+    for name in want:
+        assert_column(got[name], want[name])
+        assert got[name].flags.c_contiguous and got[name].flags.writeable
+    step = decode_step(table.reader, shards, local, columns)
+    for name in want:
+        assert_column(step[name], want[name])
+
+
+def test_shuffled_step_batches_equal_the_samples(fixed):
+    batches = StreamingDataset(local=fixed, batch_size=32, shuffle=True, shuffle_seed=5)
+    samples = StreamingDataset(local=fixed, batch_size=32, shuffle=True, shuffle_seed=5)
+    flat = list(samples)
+    got = list(batches.iterate_batches())
+    assert sum(len(b["label"]) for b in got) == len(flat)
+    at = 0
+    for b in got:
+        part = flat[at:at + len(b["label"])]
+        at += len(part)
+        for name, enc in FIXED.items():
+            want = np.array([p[name] for p in part])
+            assert b[name].shape == want.shape and np.array_equal(b[name], want), name
+
+
+def test_strided_step_refuses_rows_outside_a_shard(fixed):
+    ds = StreamingDataset(local=fixed)
+    reader = ds.table.reader(1)
+    with pytest.raises(InvalidArgumentError, match="sample indices must be in"):
+        decode_strided(ds.table.reader, np.array([0, 1], np.int64), np.array([0, reader.samples], np.int64), None)
+    with pytest.raises(InvalidArgumentError, match="sample indices must be in"):
+        decode_strided(ds.table.reader, np.array([1, 0], np.int64), np.array([-1, 0], np.int64), None)
+
+
+def test_strided_step_leaves_unknown_columns_to_the_decoder(fixed):
+    ds = StreamingDataset(local=fixed)
+    shards, local = np.array([0, 1], np.int64), np.array([2, 3], np.int64)
+    assert decode_strided(ds.table.reader, shards, local, ["x", "nope"]) is None
+    with pytest.raises(InvalidArgumentError, match="unknown columns"):
+        decode_step(ds.table.reader, shards, local, ["x", "nope"])
+
+
+def _patch_u32(path: str, at: int, value: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(struct.pack("<I", value))
+
+
+def test_damaged_offsets_leave_the_byte_table_and_fail_only_their_samples(tmp_path, assert_column):
+    out = str(tmp_path / "ds")
+    with MDSWriter(out=out, columns=FIXED) as w:
+        for i in range(40):
+            w.write(_fixed_sample(i))
+    path = os.path.join(out, "shard.00000.mds")
+    with open(path, "rb") as f:
+        offsets = struct.unpack_from("<41I", f.read(), 4)
+    _patch_u32(path, 4 + 4 * 21, offsets[21] + 1)  # sample 20 one byte longer, sample 21 one shorter
+    ds = StreamingDataset(local=out)
+    reader = ds.table.reader(0)
+    assert reader.stride_rows() is None
+    shards = np.zeros(6, np.int64)
+    local = np.array([3, 39, 0, 19, 22, 3], np.int64)
+    step = decode_step(ds.table.reader, shards, local, None)
+    want = _step_reference(ds, shards, local, None)
+    for name in want:
+        assert_column(step[name], want[name])
+    for bad in (20, 21):
+        with pytest.raises(CorruptShardError, match="column sizes do not add up"):
+            decode_step(ds.table.reader, shards, np.array([3, bad, 0, 1, 2, 4], np.int64), None)
+
+
+class _Pair:
+    """A fixed-size encoding that decodes to a tuple (a list column in batches)."""
+
+    size = 2
+
+    def encode(self, value):
+        return bytes(value)
+
+    def decode(self, data):
+        return tuple(data)
+
+
+def test_a_fixed_size_list_column_is_decoded_sample_by_sample(tmp_path):
+    register_encoding("batch_steps_pair", _Pair)
+    out = str(tmp_path / "ds")
+    with MDSWriter(out=out, columns={"p": "batch_steps_pair", "label": "int"}, size_limit=1 << 10) as w:
+        for i in range(300):
+            w.write({"p": (i % 256, 7), "label": i})
+    ds = StreamingDataset(local=out)
+    table = ds.table
+    assert table.reader(0).stride_rows() is not None
+    shards = np.array([2, 0, 1, 2, 0], np.int64)
+    local = np.array([1, 5, 0, 3, 2], np.int64)
+    assert decode_strided(table.reader, shards, local, None) is None
+    assert decode_strided(table.reader, shards, local, ["label"]) is not None
+    step = decode_step(table.reader, shards, local, None)
+    want = [table.reader(int(s)).get(int(i)) for s, i in zip(shards, local)]
+    assert step["p"] == [w["p"] for w in want]
+    assert step["label"].tolist() == [w["label"] for w in want]
