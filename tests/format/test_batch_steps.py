@@ -1,5 +1,5 @@
-"""Step batches of fixed-size shards (byte tables): each gives what per-sample decoding gives, or the
-same error."""
+"""Step batches of fixed-size shards (byte tables) and scans cut from decoded blocks: each gives what
+per-sample decoding gives, or the same error."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, StreamingDataset, register_encoding
 from shardstream.format.stridebatch import decode_strided
+from shardstream.loader import indexbatches
 from shardstream.loader.reading import decode_step
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -158,3 +159,40 @@ def test_a_fixed_size_list_column_is_decoded_sample_by_sample(tmp_path):
     want = [table.reader(int(s)).get(int(i)) for s, i in zip(shards, local)]
     assert step["p"] == [w["p"] for w in want]
     assert step["label"].tolist() == [w["label"] for w in want]
+
+
+# -- scans cut from blocks ---------------------------------------------------------------------------
+MIXED = {"id": "int", "text": "str", "tokens": "ndarray:int32", "grid": "ndarray:int16"}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    rng = np.random.default_rng(9)
+    out = str(tmp_path_factory.mktemp("mixed") / "ds")
+    with MDSWriter(out=out, columns=MIXED, size_limit=1 << 14) as w:
+        for i in range(400):
+            # one 2-D grid in 40: most batches have only 1-D rows, some mix (shapes packed per batch)
+            shape = (2, 2) if i % 40 == 7 else (int(rng.integers(1, 5)),)
+            w.write({"id": i, "text": "ü" * (i % 9) + str(i), "tokens": np.arange(1 + i % 300, dtype=np.int32),
+                     "grid": np.full(shape, i, np.int16)})
+    return out
+
+
+@SETTINGS
+@given(bs=st.integers(1, 70), start=st.integers(0, 420), drop_last=st.booleans(),
+       block=st.sampled_from([1, 3000, 20000, 1 << 20]), columns=st.sampled_from([None, ["tokens", "grid"], ["text"]]))
+def test_scan_blocks_equal_batches_decoded_alone(mixed, monkeypatch, bs, start, drop_last, block, columns,
+                                                 assert_column):
+    monkeypatch.setattr(indexbatches, "BLOCK_BYTES", block)
+    ds = StreamingDataset(local=mixed)
+    n = 400
+    got = list(ds.batches(bs, columns=columns, drop_last=drop_last, start=start))
+    bounds = [(lo, min(lo + bs, n)) for lo in range(start, n, bs)]
+    if drop_last:
+        bounds = [(lo, hi) for lo, hi in bounds if hi - lo == bs]
+    assert len(got) == len(bounds)
+    for batch, (lo, hi) in zip(got, bounds):
+        want = ds.get_batch(np.arange(lo, hi), columns=columns)
+        assert list(batch) == list(want)
+        for name in want:
+            assert_column(batch[name], want[name])

@@ -98,6 +98,20 @@ class Ragged:
             shapes = self.shapes[rows] if isinstance(self.shapes, np.ndarray) else [self.shapes[i] for i in rows.tolist()]
         return Ragged(values, offsets, shapes)
 
+    def slice(self, lo: int, hi: int) -> "Ragged":
+        """Rows ``lo..hi-1`` (``0 <= lo <= hi <= len(self)``), their values a view of these; ``shapes`` as
+        a decode of only those rows gives them."""
+        offsets = self.offsets[lo:hi + 1]
+        start = int(offsets[0])
+        shapes = None
+        if self.shapes is not None and hi > lo:
+            rows = self.shapes[lo:hi]
+            if isinstance(rows, list):
+                shapes = None if all(len(shape) == 1 for shape in rows) else _pack_shapes(rows)
+            else:
+                shapes = rows
+        return Ragged(self.values[start:int(offsets[-1])], offsets - start, shapes)
+
     @staticmethod
     def concat(parts: Sequence["Ragged"]) -> "Ragged":
         values = np.concatenate([p.values for p in parts])
@@ -282,6 +296,11 @@ def concat_batches(parts: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out[name] = [v for part in values for v in part]
     return out
+
+
+def slice_rows(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """Rows ``lo..hi-1`` of every column of a decoded ``batch``: views of its arrays, slices of its lists."""
+    return {name: value.slice(lo, hi) if isinstance(value, Ragged) else value[lo:hi] for name, value in batch.items()}
 
 
 def take_rows(batch: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
