@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, StreamingDataset, register_encoding
+from shardstream.format.customencodings import registered_encodings
 from shardstream.format.stridebatch import decode_strided
-from shardstream.loader import indexbatches
+from shardstream.loader import blocks
 from shardstream.loader.reading import decode_step
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -142,13 +143,22 @@ class _Pair:
         return tuple(data)
 
 
-def test_a_fixed_size_list_column_is_decoded_sample_by_sample(tmp_path):
+@pytest.fixture
+def pairs(tmp_path):
+    """A dataset of a fixed-size column that is not numeric (an encoding registered for this test only)."""
     register_encoding("batch_steps_pair", _Pair)
-    out = str(tmp_path / "ds")
-    with MDSWriter(out=out, columns={"p": "batch_steps_pair", "label": "int"}, size_limit=1 << 10) as w:
-        for i in range(300):
-            w.write({"p": (i % 256, 7), "label": i})
-    ds = StreamingDataset(local=out)
+    try:
+        out = str(tmp_path / "ds")
+        with MDSWriter(out=out, columns={"p": "batch_steps_pair", "label": "int"}, size_limit=1 << 10) as w:
+            for i in range(300):
+                w.write({"p": (i % 256, 7), "label": i})
+        yield out
+    finally:
+        del registered_encodings["batch_steps_pair"]
+
+
+def test_a_fixed_size_list_column_is_decoded_sample_by_sample(pairs):
+    ds = StreamingDataset(local=pairs)
     table = ds.table
     assert table.reader(0).stride_rows() is not None
     shards = np.array([2, 0, 1, 2, 0], np.int64)
@@ -183,7 +193,7 @@ def mixed(tmp_path_factory):
        block=st.sampled_from([1, 3000, 20000, 1 << 20]), columns=st.sampled_from([None, ["tokens", "grid"], ["text"]]))
 def test_scan_blocks_equal_batches_decoded_alone(mixed, monkeypatch, bs, start, drop_last, block, columns,
                                                  assert_column):
-    monkeypatch.setattr(indexbatches, "BLOCK_BYTES", block)
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", block)
     ds = StreamingDataset(local=mixed)
     n = 400
     got = list(ds.batches(bs, columns=columns, drop_last=drop_last, start=start))
@@ -196,3 +206,36 @@ def test_scan_blocks_equal_batches_decoded_alone(mixed, monkeypatch, bs, start, 
         assert list(batch) == list(want)
         for name in want:
             assert_column(batch[name], want[name])
+
+
+@pytest.mark.parametrize("block", [1, 3000, 1 << 21])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_pass_steps_cut_from_blocks_equal_the_samples(mixed, monkeypatch, assert_column, block, shuffle):
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", block)
+    batches = StreamingDataset(local=mixed, batch_size=24, shuffle=shuffle, shuffle_seed=3)
+    samples = StreamingDataset(local=mixed, batch_size=24, shuffle=shuffle, shuffle_seed=3)
+    flat = list(samples)
+    got = list(batches.iterate_batches(columns=["tokens", "text"]))
+    assert sum(len(b["text"]) for b in got) == len(flat)
+    at = 0
+    reader = batches.table.reader(0)
+    for batch in got:
+        part = flat[at:at + len(batch["text"])]
+        at += len(part)
+        assert batch["text"] == [p["text"] for p in part]
+        tokens = [p["tokens"] for p in part]
+        offsets = np.cumsum([0] + [len(t) for t in tokens])
+        want = type(batch["tokens"])(np.concatenate(tokens), offsets, None)
+        assert_column(batch["tokens"], want)
+    assert reader.stride_rows() is None
+
+
+def test_an_unshuffled_pass_fails_at_the_step_of_a_damaged_sample(tmp_path):
+    out = str(tmp_path / "ds")
+    with MDSWriter(out=out, columns={"c": "ndarray:int32", "id": "int"}) as w:
+        for i in range(40):
+            w.write({"c": b"\x04\x03" + b"\x00" * 8 if i == 30 else np.arange(i + 1, dtype=np.int32), "id": i})
+    steps = StreamingDataset(local=out, batch_size=8).iterate_batches()
+    assert [next(steps)["id"].tolist()[0] for _ in range(3)] == [0, 8, 16]
+    with pytest.raises(CorruptShardError, match="shape does not match its byte size"):
+        next(steps)

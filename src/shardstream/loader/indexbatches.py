@@ -1,8 +1,8 @@
 """Column batches of a dataset by sample index: any indices (:func:`batch_at`) or a scan in index
 order (:func:`index_scan`), decoded by the shards' readers through the shard table (:mod:`.table`)
 into column batches (:mod:`shardstream.format.batch`). ``StreamingDataset.get_batch`` and
-``StreamingDataset.batches`` are built on them. A scan decodes blocks of several batches of an MDS
-shard at once and hands out their slices.
+``StreamingDataset.batches`` are built on them. A scan cuts its batches from blocks of several
+batches decoded at once (:mod:`.blocks`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, SampleIndexError, ShardstreamError
-from ..format.batch import concat_batches, slice_rows
-from ..format.reader import ShardReader
+from ..errors import InvalidArgumentError, SampleIndexError
+from ..format.batch import concat_batches
+from .blocks import RunBlocks
 from .options import check_batch_size
-
-#: about how many bytes of samples a scan decodes at once (see :class:`_Blocks`)
-BLOCK_BYTES = 2 << 20
 
 
 def batch_at(table, indices, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -72,7 +69,7 @@ def scan_size(batch_size: Optional[int], given: Optional[int], start, shuffle: b
 def index_scan(table, bs: int, columns, drop_last: bool, start: int) -> Iterator[dict[str, Any]]:
     """Batches of ``bs`` samples in index order from sample ``start`` (the last one short unless ``drop_last``)."""
     n = table.num_samples
-    blocks = _Blocks(table, columns, bs)
+    blocks = RunBlocks(table.random_reader, columns, bs)
     for lo in range(start, n, bs):
         hi = min(lo + bs, n)
         if hi - lo < bs and drop_last:
@@ -80,7 +77,7 @@ def index_scan(table, bs: int, columns, drop_last: bool, start: int) -> Iterator
         yield _range_batch(table, lo, hi, blocks)
 
 
-def _range_batch(table, lo: int, hi: int, blocks: "_Blocks") -> dict[str, Any]:
+def _range_batch(table, lo: int, hi: int, blocks: RunBlocks) -> dict[str, Any]:
     parts = []
     shard = table.shard_of(lo)
     while lo < hi:
@@ -90,45 +87,3 @@ def _range_batch(table, lo: int, hi: int, blocks: "_Blocks") -> dict[str, Any]:
         lo = stop
         shard += 1
     return concat_batches(parts)
-
-
-class _Blocks:
-    """A scan's batches cut from blocks of consecutive samples of an MDS shard, each decoded at once (about
-    :data:`BLOCK_BYTES` of samples, whole batches), so that the work of a decode call is shared by
-    several batches. A batch is a slice of its block: views of the block's arrays. Where decoding a block
-    fails, its batches are decoded one by one, so an error comes with the batch that holds its sample."""
-
-    def __init__(self, table, columns, bs: int) -> None:
-        self.table = table
-        self.columns = columns
-        self.bs = bs
-        self.held: Optional[tuple[int, int, int, dict]] = None  # (shard, lo, hi, batch) of the block held
-        self.failed: Optional[tuple[int, int]] = None  # (shard, end): batch by batch until there
-
-    def rows(self, shard: int, lo: int, hi: int) -> dict[str, Any]:
-        """Samples ``lo..hi-1`` of ``shard`` as a column batch."""
-        held = self.held
-        if held is not None and held[0] == shard and held[1] <= lo and hi <= held[2]:
-            return slice_rows(held[3], lo - held[1], hi - held[1])
-        reader = self.table.random_reader(shard)
-        end = self._block_end(reader, lo, hi)
-        failed = self.failed
-        if end > hi and not (failed is not None and failed[0] == shard and lo < failed[1]):
-            try:
-                block = reader.batch_range(lo, end, self.columns)
-            except ShardstreamError:
-                self.failed = (shard, end)
-            else:
-                self.held = (shard, lo, end, block)
-                return slice_rows(block, 0, hi - lo)
-        return reader.batch_range(lo, hi, self.columns)
-
-    def _block_end(self, reader, lo: int, hi: int) -> int:
-        """Where a block that starts with samples ``lo..hi-1`` ends: after as many further whole batches as
-        fit in :data:`BLOCK_BYTES` (``hi`` for a reader that is not an MDS shard's)."""
-        if not isinstance(reader, ShardReader):
-            return hi
-        offsets = reader.offsets
-        fit = int(np.searchsorted(offsets, offsets[lo] + BLOCK_BYTES, "right")) - 1
-        more = max(0, (fit - hi) // self.bs)
-        return min(reader.samples, hi + more * self.bs)
