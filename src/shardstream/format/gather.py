@@ -24,7 +24,7 @@ import numpy as np
 _MAX_CHUNK = 4096
 _MIN_CHUNK = 16
 #: fewer ranges than this are joined by ``bytes.join``, whose set-up is cheaper
-_MIN_RANGES = 24
+_MIN_RANGES = 64
 _SEP = "\x00"
 _VOIDS: dict[int, np.dtype] = {}  # width -> the void dtype of that many bytes
 
