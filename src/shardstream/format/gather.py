@@ -11,7 +11,8 @@ range that holds output byte ``j*C`` (so its tail may hold bytes of the next ran
 whatever follows its range in the buffer). A second gather writes each range's first ``C``
 bytes over its output start, which mends every such tail: ``C`` is at most the smallest range,
 so those head rows neither overlap one another nor reach past their own range. Neither step
-depends on the order in which numpy copies rows.
+depends on the order in which numpy copies rows. A few ranges, or ranges of fewer than 16 bytes,
+are joined by ``bytearray.join`` over views of them instead (a C loop too, cheaper to set up).
 """
 
 from __future__ import annotations
