@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, StreamingDataset, register_encoding
 from shardstream.format.customencodings import registered_encodings
-from shardstream.format.stridebatch import decode_strided
+from shardstream.format.stepbatch import decode_joined, decode_strided
 from shardstream.loader import blocks
 from shardstream.loader.reading import decode_step
 
@@ -239,3 +239,37 @@ def test_an_unshuffled_pass_fails_at_the_step_of_a_damaged_sample(tmp_path):
     assert [next(steps)["id"].tolist()[0] for _ in range(3)] == [0, 8, 16]
     with pytest.raises(CorruptShardError, match="shape does not match its byte size"):
         next(steps)
+
+
+# -- steps of variable-size samples from several shards -----------------------------------------------
+@SETTINGS
+@given(data=st.data())
+def test_joined_steps_match_per_sample(mixed, data, assert_batch):
+    ds = StreamingDataset(local=mixed)
+    table = ds.table
+    n_shards = len(ds.shards)
+    size = data.draw(st.integers(1, 150))
+    shards = np.array(data.draw(st.lists(st.integers(0, n_shards - 1), min_size=size, max_size=size)), np.int64)
+    local = np.array([data.draw(st.integers(0, table.reader(int(s)).samples - 1)) for s in shards], np.int64)
+    columns = data.draw(st.one_of(st.none(), st.lists(st.sampled_from(sorted(MIXED)), min_size=1, unique=True)))
+    readers = [table.reader(s) for s in range(n_shards)]
+    assert_batch(decode_joined(table.reader, shards, local, columns), readers, shards, local, columns)
+    assert_batch(decode_step(table.reader, shards, local, columns), readers, shards, local, columns)
+
+
+def test_a_joined_step_with_a_damaged_sample_fails_as_shard_by_shard_decoding_does(tmp_path):
+    out = str(tmp_path / "ds")
+    with MDSWriter(out=out, columns={"c": "ndarray:int32", "id": "int"}, size_limit=1 << 9) as w:
+        for i in range(60):
+            w.write({"c": b"\x04\x03" + b"\x00" * 8 if i == 30 else np.arange(i + 1, dtype=np.int32), "id": i})
+    ds = StreamingDataset(local=out)
+    table = ds.table
+    bad = int(np.searchsorted(table.ends_array, 30, side="right"))
+    shards = np.array([0, bad, len(ds.shards) - 1], np.int64)
+    local = np.array([0, 30 - table.starts[bad], 0], np.int64)
+    assert decode_joined(table.reader, shards, local, None) is None
+    with pytest.raises(CorruptShardError, match="shape does not match its byte size"):
+        decode_step(table.reader, shards, local, None)
+    local[1] = (local[1] + 1) % table.reader(bad).samples
+    assert decode_joined(table.reader, shards, local, None)["id"].tolist() == [
+        table.starts[int(s)] + int(i) for s, i in zip(shards, local)]

@@ -209,7 +209,7 @@ def decode_batch(reader: ShardReader, indices, columns: Optional[Sequence[str]] 
     n = reader.samples
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise InvalidArgumentError(f"sample indices must be in [0, {n}) for shard {reader.name!r}")
-    return _decode(reader, reader.offsets[idx], reader.offsets[idx + 1], columns)
+    return decode_spans(reader, reader.offsets[idx], reader.offsets[idx + 1], columns)
 
 
 def decode_range(reader: ShardReader, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -217,10 +217,11 @@ def decode_range(reader: ShardReader, lo: int, hi: int, columns: Optional[Sequen
     if not 0 <= lo <= hi <= reader.samples:
         raise InvalidArgumentError(f"range [{lo}, {hi}) is not within shard {reader.name!r} ({reader.samples} samples)")
     offsets = reader.offsets
-    return _decode(reader, offsets[lo:hi], offsets[lo + 1:hi + 1], columns)
+    return decode_spans(reader, offsets[lo:hi], offsets[lo + 1:hi + 1], columns)
 
 
-def _decode(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns) -> dict[str, Any]:
+def decode_spans(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns=None) -> dict[str, Any]:
+    """Decode the samples at bytes ``begins[i]..ends[i]`` of ``reader``'s buffer (any order) into columns."""
     info = reader.info
     if columns is not None:
         unknown = set(columns) - set(info.column_names)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..format.batch import concat_batches, stack_samples, take_rows
-from ..format.stridebatch import decode_strided, stride_table
+from ..format.stepbatch import decode_joined, decode_strided, stride_table
 from ..stats import record
 from .blocks import RunBlocks
 from .prefetch import Chunk, Prefetcher
@@ -246,8 +246,10 @@ class _Getters:
 
 def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[str, Any]:
     """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order: gathered as rows
-    of byte tables when the shards' samples have one size (see :mod:`~shardstream.format.stridebatch`),
-    else each run of samples from one shard is decoded at once (a range read when consecutive)."""
+    of byte tables when the shards' samples have one size (see :mod:`~shardstream.format.stepbatch`);
+    else each run of samples from one shard is decoded at once (a range read when consecutive) when
+    every shard comes in one run, else the samples are joined and decoded at once, and failing that
+    (other formats) each shard's samples are decoded at once and put back in step order."""
     if stride_table(reader(int(shards[0]))) is not None:
         batch = decode_strided(reader, shards, local, columns)
         if batch is not None:
@@ -259,6 +261,9 @@ def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[
         bounds = [0, *cuts.tolist(), len(shards)]
         return concat_batches([_decode_run(reader(int(shards[lo])), local[lo:hi], columns)
                                for lo, hi in zip(bounds[:-1], bounds[1:])])
+    batch = decode_joined(reader, shards, local, columns)
+    if batch is not None:
+        return batch
     order = np.argsort(shards, kind="stable")
     grouped, at = shards[order], local[order]
     cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1

@@ -1,22 +1,30 @@
-"""Column batches of samples drawn from shards whose samples all have one size.
+"""Column batches of a step's samples drawn from several MDS shards, in any order.
 
-When every column of an MDS shard has a fixed size and its samples lie one after another,
-the shard's samples are the rows of a ``(samples, stride)`` byte table
-(:meth:`~shardstream.format.reader.ShardReader.stride_rows`). A step's samples, from any
-shards in any order, are then gathered with one ``numpy.take`` per shard (a C loop of row
-copies) into one scratch table grouped by shard, and each column is copied from there into
-its array in step order with one more gather: no Python loop per sample, and two copies of
-each byte whatever the number of shards.
+- :func:`decode_strided`: when every column of the shards has a fixed size and their samples lie
+  one after another, a shard's samples are the rows of a ``(samples, stride)`` byte table
+  (:meth:`~shardstream.format.reader.ShardReader.stride_rows`). The step's rows are gathered with
+  one ``numpy.take`` per shard (a C loop of row copies) into a scratch table grouped by shard, and
+  each column is copied from there into its array in step order with one more gather: no Python
+  loop per sample, and two copies of each byte whatever the number of shards.
+- :func:`decode_joined`: otherwise the step's samples are joined, in step order, into one buffer
+  (``bytearray.join`` over views of them, a C loop whatever the shards) and decoded at once, as
+  the samples of one shard would be.
+
+Both give what decoding each shard's samples and putting the rows in step order gives; where the
+joined samples do not decode, None sends the step back to that shard by shard decode, whose errors
+name the shard.
 """
 
 from __future__ import annotations
 
+from operator import getitem
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .gather import void
+from ..errors import InvalidArgumentError, ShardstreamError
+from .batch import decode_spans
+from .gather import Windows, span_offsets, void
 from .reader import ShardReader
 
 
@@ -83,3 +91,44 @@ def _check_rows(readers: list, at: np.ndarray, firsts: list[int]) -> None:
         raise InvalidArgumentError(
             f"sample indices must be in [0, {int(counts[bad])}) for shard {readers[bad].name!r}")
 
+
+def decode_joined(reader_of: Callable[[int], Any], shards: np.ndarray, local: np.ndarray,
+                  columns: Optional[Sequence[str]]) -> Optional[dict[str, Any]]:
+    """Samples ``local[i]`` of shards ``shards[i]`` as one column batch in step order, decoded at once
+    from their bytes joined in step order (see the module docstring); None when a shard is not an MDS
+    shard's reader, the shards' columns differ, or the joined samples do not decode."""
+    uniq, which = np.unique(shards, return_inverse=True)
+    readers = [reader_of(int(s)) for s in uniq.tolist()]
+    if not all(isinstance(r, ShardReader) for r in readers):
+        return None
+    info = readers[0].info
+    if not all(r.info.column_names == info.column_names and r.info.column_encodings == info.column_encodings
+               and r.info.column_sizes == info.column_sizes for r in readers):
+        return None
+    begins = np.empty(len(local), np.int64)
+    ends = np.empty(len(local), np.int64)
+    for k, reader in enumerate(readers):
+        mine = np.flatnonzero(which == k)
+        rows = local[mine]
+        _check_rows([reader], rows, [0])
+        begins[mine] = reader.offsets[rows]
+        ends[mine] = reader.offsets[rows + 1]
+    views = [r.mv for r in readers]
+    data = bytearray().join(map(getitem, map(views.__getitem__, which.tolist()),
+                                map(slice, begins.tolist(), ends.tolist())))
+    offsets = span_offsets(ends - begins)
+    try:
+        return decode_spans(_Joined(readers[0], data), offsets[:-1], offsets[1:], columns)
+    except ShardstreamError:
+        return None
+
+
+class _Joined:
+    """Samples of shards like ``reader``'s joined in one buffer, read as :func:`~.batch.decode_spans` reads a
+    shard."""
+
+    def __init__(self, reader: ShardReader, data: bytearray) -> None:
+        self.info = reader.info
+        self.var_columns = reader.var_columns
+        self.name = reader.name
+        self.windows = Windows(data)
