@@ -216,7 +216,7 @@ def test_decode_step_strategies(mixed, monkeypatch):
     import shardstream.loader.reading as module
 
     used = []
-    for name in ("stack_samples", "take_rows"):
+    for name in ("stack_samples", "take_rows", "decode_joined"):
         original = getattr(module, name)
 
         def spy(*args, _name=name, _original=original):
@@ -236,8 +236,8 @@ def test_decode_step_strategies(mixed, monkeypatch):
         "few shards, interleaved": rng.permutation((a + b + c) * 3).tolist(),
         "two shards, back and forth": (b[:3] + a[:3]) * 8,
     }
-    expected = {"many shards per step": "stack_samples", "few shards, interleaved": "take_rows",
-                "two shards, back and forth": "take_rows"}
+    expected = {"many shards per step": "decode_joined", "few shards, interleaved": "decode_joined",
+                "two shards, back and forth": "decode_joined"}
     for name, ids in cases.items():
         used.clear()
         _step(ds, ids)

@@ -9,8 +9,9 @@ Per column, a batch becomes:
 - anything else (untyped ``ndarray``, ``str``, ``bytes``, ``json``, images ...): a list.
 
 Sample headers and column positions are computed with vectorised numpy over the
-shard's offset table; payloads are gathered with strided copies when samples have
-a constant stride, else one slice copy per sample.
+shard's offset table, and payloads are copied by the C loops of :mod:`.gather`: a
+``str`` column is decoded as one string and split, other columns that become lists
+are decoded value by value.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import CorruptShardError, InvalidArgumentError
-from .encodings import NDArray
+from .encodings import NDArray, Str
+from .gather import Windows, decode_each, gather_spans, gather_strs, rows_at
 from .reader import ShardReader
 
 
@@ -83,11 +85,32 @@ class Ragged:
         offsets = np.zeros(len(rows) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         starts = self.offsets[:-1][rows]
-        src = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        values = self.values
+        if values.ndim == 1 and values.flags.c_contiguous and not values.dtype.hasobject:
+            item = values.dtype.itemsize
+            data, _ = gather_spans(Windows(values.view(np.uint8)), starts * item, lengths * item)
+            values = data.view(values.dtype)
+        else:
+            at = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+            values = values[at]
         shapes = None
         if self.shapes is not None:
             shapes = self.shapes[rows] if isinstance(self.shapes, np.ndarray) else [self.shapes[i] for i in rows.tolist()]
-        return Ragged(self.values[src], offsets, shapes)
+        return Ragged(values, offsets, shapes)
+
+    def slice(self, lo: int, hi: int) -> "Ragged":
+        """Rows ``lo..hi-1`` (``0 <= lo <= hi <= len(self)``), their values a view of these; ``shapes`` as
+        a decode of only those rows gives them."""
+        offsets = self.offsets[lo:hi + 1]
+        start = int(offsets[0])
+        shapes = None
+        if self.shapes is not None and hi > lo:
+            rows = self.shapes[lo:hi]
+            if isinstance(rows, list):
+                shapes = None if all(len(shape) == 1 for shape in rows) else _pack_shapes(rows)
+            else:
+                shapes = rows
+        return Ragged(self.values[start:int(offsets[-1])], offsets - start, shapes)
 
     @staticmethod
     def concat(parts: Sequence["Ragged"]) -> "Ragged":
@@ -109,90 +132,74 @@ def _pack_shapes(rows: list[tuple]):
     return rows
 
 
-def _gather_fixed(mv: memoryview, starts: np.ndarray, size: int) -> np.ndarray:
-    """Copy ``size`` bytes from each start into an ``(n, size)`` uint8 array."""
+_HEADER = np.array([2, 3, 5, 9], np.int64)  # bytes of a 1-D shape header, by its width code
+_MASKS = np.array([0xFF, 0xFFFF, 0xFFFF_FFFF, 0xFFFF_FFFF_FFFF_FFFF], np.uint64)  # a width's bytes of a u8
+
+
+def _row_lengths(src: Windows, heads: np.ndarray, starts, sizes, name) -> tuple[np.ndarray, np.ndarray]:
+    """Element counts and header sizes of 1-D rows (every head byte is ``4 | width code``): the
+    widest count of all rows is read at once and masked to each row's width."""
     n = len(starts)
-    out = np.empty((n, size), np.uint8)
-    if n == 0 or size == 0:
-        return out
-    base = np.frombuffer(mv, np.uint8)
-    if size <= 16:
-        out[...] = base[starts[:, None] + np.arange(size)]
-        return out
-    if n > 1:
-        steps = np.diff(starts)
-        stride = int(steps[0])
-        if stride >= size and not (steps != stride).any() and starts[0] + stride * (n - 1) + size <= len(base):
-            view = np.lib.stride_tricks.as_strided(base[int(starts[0]):], (n, size), (stride, 1), writeable=False)
-            out[...] = view
-            return out
-    flat = memoryview(out).cast("B")
-    for k, s in enumerate(starts.tolist()):
-        flat[k * size:(k + 1) * size] = mv[s:s + size]
-    return out
+    codes = heads & 3
+    top = int(codes.max())
+    width = 1 << top
+    hdr = _HEADER[codes]
+    if (sizes < 1 + width).any():  # a row too short for the widest read: read each width apart
+        if (sizes < hdr).any():
+            raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
+        counts = np.empty(n, np.int64)
+        for code in np.unique(codes).tolist():
+            rows = np.flatnonzero(codes == code)
+            counts[rows] = rows_at(src, starts[rows] + 1, 1 << code).view(f"<u{1 << code}").reshape(len(rows))
+        return counts, hdr
+    raw = rows_at(src, starts + 1, width).view(f"<u{width}").reshape(n)
+    if int(codes.min()) != top:
+        raw = raw & _MASKS[codes]
+    return raw.astype(np.int64), hdr
 
 
-def _gather_var(mv: memoryview, starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate variable-size byte ranges; returns (bytes, byte offsets)."""
-    offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.uint8)
-    flat = memoryview(out)
-    dst = offsets.tolist()
-    for a, b, s, e in zip(dst, dst[1:], starts.tolist(), (starts + sizes).tolist()):
-        flat[a:b] = mv[s:e]
-    return out, offsets
+def _row_shapes(src: Windows, heads: np.ndarray, starts, sizes, name) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Element counts, header sizes and shapes (None when every row is 1-D) of rows of any ndim."""
+    n = len(starts)
+    hdr = np.empty(n, np.int64)
+    counts = np.empty(n, np.int64)
+    row_shapes: list = [None] * n
+    for head in np.unique(heads).tolist():
+        rows = np.flatnonzero(heads == head)
+        ndim, w = head >> 2, 1 << (head & 3)
+        if ndim == 0:
+            raise CorruptShardError(f"column {name!r}: an array header says 0 dimensions")
+        if int(sizes[rows].min()) < 1 + ndim * w:
+            raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
+        dims = rows_at(src, starts[rows] + 1, ndim * w).view(f"<u{w}").reshape(len(rows), ndim)
+        dims = dims.astype(np.int64)
+        hdr[rows] = 1 + ndim * w
+        counts[rows] = dims.prod(axis=1)
+        for r, shape in zip(rows.tolist(), dims.tolist()):
+            row_shapes[r] = tuple(shape)
+    shapes = None if all(len(shape) == 1 for shape in row_shapes) else _pack_shapes(row_shapes)
+    return counts, hdr, shapes
 
 
-def _ndarray_column(mv, enc: NDArray, starts, sizes, name) -> Any:
+def _ndarray_column(src: Windows, enc: NDArray, starts, sizes, name) -> Any:
     if enc.dtype is None:
         return None  # untyped: decode per sample
-    base = np.frombuffer(mv, np.uint8)
-    if len(starts) == 0:
+    n = len(starts)
+    if n == 0:
         return Ragged(np.empty(0, enc.np_dtype), np.zeros(1, np.int64))
     if int(sizes.min()) < 1:
         raise CorruptShardError(f"column {name!r}: an empty value has no array header")
-    heads = base[starts]
-    first = int(heads[0])
-    if first >> 2 == 1 and not (heads != first).any():  # the common case: 1-D rows, one shape width
-        w = 1 << (first & 3)
-        hdr = 1 + w
-        if int(sizes.min()) < hdr:
-            raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
-        counts = _gather_fixed(mv, starts + 1, w).view(f"<u{w}").reshape(len(starts)).astype(np.int64)
+    heads = src(np.uint8)[starts]
+    if ((heads >> 2) != 1).any():
+        counts, hdr, shapes = _row_shapes(src, heads, starts, sizes, name)
+    else:  # the common case: 1-D rows
+        counts, hdr = _row_lengths(src, heads, starts, sizes, name)
         shapes = None
-    elif not ((heads >> 2) != 1).any():  # 1-D rows whose lengths straddle a shape width
-        hdr = 1 + (1 << (heads & 3).astype(np.int64))
-        if (sizes < hdr).any():
-            raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
-        counts = np.empty(len(starts), np.int64)
-        for head in np.unique(heads).tolist():
-            rows = np.flatnonzero(heads == head)
-            w = 1 << (head & 3)
-            counts[rows] = _gather_fixed(mv, starts[rows] + 1, w).view(f"<u{w}").reshape(len(rows))
-        shapes = None
-    else:
-        hdr = np.empty(len(starts), np.int64)
-        counts = np.empty(len(starts), np.int64)
-        row_shapes: list = [None] * len(starts)
-        for head in np.unique(heads).tolist():
-            rows = np.flatnonzero(heads == head)
-            ndim, w = head >> 2, 1 << (head & 3)
-            if ndim == 0:
-                raise CorruptShardError(f"column {name!r}: an array header says 0 dimensions")
-            if int(sizes[rows].min()) < 1 + ndim * w:
-                raise CorruptShardError(f"column {name!r}: an array header is longer than its column")
-            dims = _gather_fixed(mv, starts[rows] + 1, ndim * w).view(f"<u{w}").reshape(len(rows), ndim)
-            dims = dims.astype(np.int64)
-            hdr[rows] = 1 + ndim * w
-            counts[rows] = dims.prod(axis=1)
-            for r, shape in zip(rows.tolist(), dims.tolist()):
-                row_shapes[r] = tuple(shape)
-        shapes = None if all(len(shape) == 1 for shape in row_shapes) else _pack_shapes(row_shapes)
     item = enc.np_dtype.itemsize
-    if not np.array_equal(counts * item, sizes - hdr):
+    payload = sizes - hdr
+    if (counts * item != payload).any():
         raise CorruptShardError(f"column {name!r}: an array's shape does not match its byte size")
-    data, byte_offsets = _gather_var(mv, starts + hdr, sizes - hdr)
+    data, byte_offsets = gather_spans(src, starts + hdr, payload)
     return Ragged(data.view(enc.np_dtype), byte_offsets // item, shapes)
 
 
@@ -202,7 +209,7 @@ def decode_batch(reader: ShardReader, indices, columns: Optional[Sequence[str]] 
     n = reader.samples
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         raise InvalidArgumentError(f"sample indices must be in [0, {n}) for shard {reader.name!r}")
-    return _decode(reader, reader.offsets[idx], reader.offsets[idx + 1], columns)
+    return decode_spans(reader, reader.offsets[idx], reader.offsets[idx + 1], columns)
 
 
 def decode_range(reader: ShardReader, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
@@ -210,10 +217,11 @@ def decode_range(reader: ShardReader, lo: int, hi: int, columns: Optional[Sequen
     if not 0 <= lo <= hi <= reader.samples:
         raise InvalidArgumentError(f"range [{lo}, {hi}) is not within shard {reader.name!r} ({reader.samples} samples)")
     offsets = reader.offsets
-    return _decode(reader, offsets[lo:hi], offsets[lo + 1:hi + 1], columns)
+    return decode_spans(reader, offsets[lo:hi], offsets[lo + 1:hi + 1], columns)
 
 
-def _decode(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns) -> dict[str, Any]:
+def decode_spans(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns=None) -> dict[str, Any]:
+    """Decode the samples at bytes ``begins[i]..ends[i]`` of ``reader``'s buffer (any order) into columns."""
     info = reader.info
     if columns is not None:
         unknown = set(columns) - set(info.column_names)
@@ -221,41 +229,56 @@ def _decode(reader: ShardReader, begins: np.ndarray, ends: np.ndarray, columns) 
             raise InvalidArgumentError(
                 f"unknown columns {sorted(unknown)}; the dataset has {list(info.column_names)}"
             )
-    mv = reader.mv
+    src = reader.windows
+    out: dict[str, Any] = {}
+    for name, enc, fixed, starts, sizes in _layout(reader, begins, ends):
+        if columns is None or name in columns:
+            out[name] = _column(src, name, enc, fixed, starts, sizes)
+    return out
+
+
+def _layout(reader: ShardReader, begins: np.ndarray, ends: np.ndarray) -> list[tuple]:
+    """``(name, encoding, fixed size, starts, sizes)`` per column of the samples ``begins..ends``,
+    after checking that each sample's column sizes add up to its size."""
+    info = reader.info
     count = len(begins)
-    n_var = sum(1 for s in info.column_sizes if s is None)
+    n_var = reader.var_columns
     if count and n_var and int((ends - begins).min()) < 4 * n_var:
         raise CorruptShardError(f"shard {reader.name!r}: a sample is shorter than its size header")
-    var_sizes = _gather_fixed(mv, begins, 4 * n_var).view("<u4") if n_var and count else None
+    var_sizes = None
+    if n_var and count:
+        var_sizes = np.array(rows_at(reader.windows, begins, 4 * n_var).view("<u4").T, np.int64)
     pos = begins + 4 * n_var
     layout = []
     k = 0
     for name, enc, fixed in zip(info.column_names, info.encodings, info.column_sizes):
         if fixed is None:
-            size = var_sizes[:, k].astype(np.int64) if count else np.zeros(0, np.int64)
+            size = var_sizes[k] if count else np.zeros(0, np.int64)
             k += 1
         else:
             size = fixed
         layout.append((name, enc, fixed, pos, size))
         pos = pos + size
-    if count and not np.array_equal(pos, ends):
+    if count and (pos != ends).any():
         raise CorruptShardError(f"shard {reader.name!r}: column sizes do not add up to the sample sizes")
-    out: dict[str, Any] = {}
-    for name, enc, fixed, starts, sizes in layout:
-        if columns is not None and name not in columns:
-            continue
-        value = None
-        if enc.np_dtype is not None and enc.shape is not None and fixed is not None:
-            raw = _gather_fixed(mv, starts, fixed)
-            value = raw.view(enc.np_dtype).reshape((count,) + tuple(enc.shape))
-        elif isinstance(enc, NDArray):
-            value = _ndarray_column(mv, enc, starts, np.broadcast_to(sizes, starts.shape), name)
-        if value is None:
-            decode = enc.decode
-            stops = (starts + sizes).tolist()
-            value = [decode(mv[a:z]) for a, z in zip(starts.tolist(), stops)]
-        out[name] = value
-    return out
+    return layout
+
+
+def _column(src: Windows, name: str, enc, fixed, starts: np.ndarray, sizes) -> Any:
+    """One column of a batch from its values' starts and sizes (see the module docstring)."""
+    if enc.np_dtype is not None and enc.shape is not None and fixed is not None:
+        return rows_at(src, starts, fixed).view(enc.np_dtype).reshape((len(starts),) + tuple(enc.shape))
+    if fixed is not None:
+        sizes = np.full(len(starts), fixed, np.int64)
+    if isinstance(enc, NDArray):
+        value = _ndarray_column(src, enc, starts, sizes, name)
+        if value is not None:
+            return value
+    if type(enc) is Str:
+        value = gather_strs(src, starts, sizes)
+        if value is not None:
+            return value
+    return decode_each(enc.decode, src, starts, sizes)
 
 
 def concat_batches(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -276,6 +299,11 @@ def concat_batches(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def slice_rows(batch: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """Rows ``lo..hi-1`` of every column of a decoded ``batch``: views of its arrays, slices of its lists."""
+    return {name: value.slice(lo, hi) if isinstance(value, Ragged) else value[lo:hi] for name, value in batch.items()}
+
+
 def take_rows(batch: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
     """The rows ``rows`` of every column of ``batch``, in that order."""
     out: dict[str, Any] = {}
@@ -283,7 +311,7 @@ def take_rows(batch: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
         if isinstance(value, (np.ndarray, Ragged)):
             out[name] = value[rows] if isinstance(value, np.ndarray) else value.take(rows)
         else:
-            out[name] = [value[i] for i in rows.tolist()]
+            out[name] = list(map(value.__getitem__, rows.tolist()))
     return out
 
 

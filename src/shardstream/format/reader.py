@@ -20,11 +20,13 @@ from ..errors import CorruptShardError, HashMismatchError, SampleIndexError, Sha
 from .atomic import atomic_write
 from .compression import decompress
 from .fastdecode import make_sample_decoder
+from .gather import Windows
 from .hashing import digest
 from .index import ShardInfo, shard_path
 from .source import ShardRows
 
 _PAIR = struct.Struct("<II")
+_UNKNOWN = object()  # a lazily computed attribute not computed yet
 _U32 = struct.Struct("<I")
 Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
 
@@ -39,6 +41,9 @@ class ShardReader(ShardRows):
         self.mv = memoryview(buf)
         self.samples = info.samples
         self._check_header()
+        self.windows = Windows(self.mv)  # views for gathering many samples' bytes at once
+        self.var_columns = sum(1 for size in info.column_sizes if size is None)
+        self._stride: Any = _UNKNOWN
         self.column_names = info.column_names
         base = np.frombuffer(self.mv, np.uint8).ctypes.data if len(self.mv) else 0
         self.decode_at, self.get_unchecked = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
@@ -110,6 +115,22 @@ class ShardReader(ShardRows):
             pair = self._subsets[key] = make_sample_decoder(info.column_names, info.encodings, info.column_sizes,
                                                             self.mv, self._base, self._corrupt, frozenset(key))
         return pair
+
+    def stride_rows(self) -> Optional[np.ndarray]:
+        """The samples as the rows of a read-only ``(samples, stride)`` uint8 view, when every column has
+        a fixed size and the samples lie one after another at that stride; else None."""
+        if self._stride is _UNKNOWN:
+            self._stride = None
+            sizes = self.info.column_sizes
+            n = self.samples
+            if n and None not in sizes and sum(sizes):
+                stride = sum(sizes)
+                offsets = self.offsets
+                if int(offsets[-1] - offsets[0]) == n * stride and not (np.diff(offsets) != stride).any():
+                    table = np.ndarray((n, stride), np.uint8, buffer=self.mv, offset=int(offsets[0]))
+                    table.flags.writeable = False
+                    self._stride = table
+        return self._stride
 
     def batch_rows(self, rows, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
         from .batch import decode_batch

@@ -1,7 +1,8 @@
 """Column batches of a dataset by sample index: any indices (:func:`batch_at`) or a scan in index
 order (:func:`index_scan`), decoded by the shards' readers through the shard table (:mod:`.table`)
 into column batches (:mod:`shardstream.format.batch`). ``StreamingDataset.get_batch`` and
-``StreamingDataset.batches`` are built on them.
+``StreamingDataset.batches`` are built on them. A scan cuts its batches from blocks of several
+batches decoded at once (:mod:`.blocks`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, SampleIndexError
 from ..format.batch import concat_batches
+from .blocks import RunBlocks
 from .options import check_batch_size
 
 
@@ -67,20 +69,21 @@ def scan_size(batch_size: Optional[int], given: Optional[int], start, shuffle: b
 def index_scan(table, bs: int, columns, drop_last: bool, start: int) -> Iterator[dict[str, Any]]:
     """Batches of ``bs`` samples in index order from sample ``start`` (the last one short unless ``drop_last``)."""
     n = table.num_samples
+    blocks = RunBlocks(table.random_reader, columns, bs)
     for lo in range(start, n, bs):
         hi = min(lo + bs, n)
         if hi - lo < bs and drop_last:
             return
-        yield _range_batch(table, lo, hi, columns)
+        yield _range_batch(table, lo, hi, blocks)
 
 
-def _range_batch(table, lo: int, hi: int, columns) -> dict[str, Any]:
+def _range_batch(table, lo: int, hi: int, blocks: RunBlocks) -> dict[str, Any]:
     parts = []
     shard = table.shard_of(lo)
     while lo < hi:
         base = table.starts[shard]
         stop = min(hi, table.ends[shard])
-        parts.append(table.random_reader(shard).batch_range(lo - base, stop - base, columns))
+        parts.append(blocks.rows(shard, lo - base, stop - base))
         lo = stop
         shard += 1
     return concat_batches(parts)

@@ -6,18 +6,23 @@ chunks of whole steps. When some shards come through the cache, a prefetcher pin
 chunk's shards ahead of the loop (see :mod:`.prefetch`); shards read in place need none.
 Samples of a chunk are decoded run by run when consecutive samples of one shard are long
 (then a range read in order beats lookups), else one by one; step batches decode each
-shard's samples of a step at once (see :func:`decode_step`). Every sample handed out
-counts in the pass's ``yielded``, which the cursor turns into the consumed plan position.
+shard's samples of a step at once (see :func:`decode_step`), or are cut from blocks of several
+steps decoded at once where the steps read a run of consecutive samples (:mod:`.blocks`).
+Every sample handed out counts in the pass's ``yielded``, which the cursor turns into the
+consumed plan position.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
 from ..format.batch import concat_batches, stack_samples, take_rows
+from ..format.stepbatch import decode_joined, decode_strided, stride_table
 from ..stats import record
+from .blocks import RunBlocks
 from .prefetch import Chunk, Prefetcher
 from .working_set import upcoming_shards, warn_if_too_small
 
@@ -141,7 +146,9 @@ class PassReader:
         """Each step's samples of this worker as one column batch; a cached shard not pinned ahead is
         pinned for its step only."""
         table, step, current = self.table, self.step, self.current
+        blocks = RunBlocks(table.reader, self.columns, step)
         for chunk, pinned in self.chunks():
+            cuts = run_cuts(chunk.flat, chunk.shards)
             for lo in range(0, chunk.size, step):
                 shards = chunk.shards[lo:lo + step]
                 extra = [] if pinned is None else [s for s in set(shards.tolist()) if s not in pinned]
@@ -151,8 +158,9 @@ class PassReader:
                             table.pin(s)
                 if record.ON:
                     self._count_streams(shards)
+                hi = min(lo + step, chunk.size)
                 try:
-                    batch = decode_step(table.reader, shards, chunk.local[lo:lo + step], self.columns)
+                    batch = _step_batch(blocks, chunk, lo, hi, cuts[bisect_right(cuts, lo)])
                 finally:
                     for s in extra:
                         table.unpin(s)
@@ -237,8 +245,15 @@ class _Getters:
 
 
 def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[str, Any]:
-    """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order:
-    each run of samples from one shard is decoded at once (a range read when consecutive)."""
+    """One step's samples (``shards[i]``, ``local[i]``) as a column batch, in order: gathered as rows
+    of byte tables when the shards' samples have one size (see :mod:`~shardstream.format.stepbatch`);
+    else each run of samples from one shard is decoded at once (a range read when consecutive) when
+    every shard comes in one run, else the samples are joined and decoded at once, and failing that
+    (other formats) each shard's samples are decoded at once and put back in step order."""
+    if stride_table(reader(int(shards[0]))) is not None:
+        batch = decode_strided(reader, shards, local, columns)
+        if batch is not None:
+            return batch
     cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1
     if not cuts.size:
         return _decode_run(reader(int(shards[0])), local, columns)
@@ -246,6 +261,9 @@ def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[
         bounds = [0, *cuts.tolist(), len(shards)]
         return concat_batches([_decode_run(reader(int(shards[lo])), local[lo:hi], columns)
                                for lo, hi in zip(bounds[:-1], bounds[1:])])
+    batch = decode_joined(reader, shards, local, columns)
+    if batch is not None:
+        return batch
     order = np.argsort(shards, kind="stable")
     grouped, at = shards[order], local[order]
     cuts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
@@ -262,6 +280,16 @@ def decode_step(reader, shards: np.ndarray, local: np.ndarray, columns) -> dict[
     return take_rows(batch, inverse)
 
 
+def _step_batch(blocks: RunBlocks, chunk: Chunk, lo: int, hi: int, run_end: int) -> dict[str, Any]:
+    """The step of ``chunk`` at positions ``lo..hi-1``, whose run of consecutive samples of one shard (as
+    :func:`run_cuts` finds them) ends at position ``run_end``: cut from a block of the run when the step
+    lies in one run, else decoded by :func:`decode_step`."""
+    if run_end < hi:
+        return decode_step(blocks.reader_of, chunk.shards[lo:hi], chunk.local[lo:hi], blocks.columns)
+    first = int(chunk.local[lo])
+    return blocks.rows(int(chunk.shards[lo]), first, first + hi - lo, first + run_end - lo)
+
+
 def _decode_run(reader, local: np.ndarray, columns) -> dict[str, Any]:
     first, n = int(local[0]), len(local)
     if int(local[-1]) - first == n - 1 and (n < 3 or bool((local[1:] - local[:-1] == 1).all())):
@@ -269,10 +297,16 @@ def _decode_run(reader, local: np.ndarray, columns) -> dict[str, Any]:
     return reader.batch_rows(local, columns)
 
 
+def run_cuts(flat: np.ndarray, shards: np.ndarray) -> list[int]:
+    """Where the runs of consecutive samples of one shard in ``flat`` end (positions), the last at ``len(flat)``."""
+    cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
+    return [*cuts.tolist(), len(flat)]
+
+
 def long_runs(flat: np.ndarray, shards: np.ndarray) -> Optional[list[int]]:
     """Bounds of the runs of consecutive samples of one shard in ``flat``, if the runs average more
     than 8 samples (then decoding run by run in order beats per-sample lookups); else None."""
-    cuts = np.flatnonzero((np.diff(flat) != 1) | (np.diff(shards) != 0)) + 1
-    if len(cuts) * 8 >= len(flat):
+    cuts = run_cuts(flat, shards)
+    if (len(cuts) - 1) * 8 >= len(flat):
         return None
-    return [0, *cuts.tolist(), len(flat)]
+    return [0, *cuts]
