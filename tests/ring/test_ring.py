@@ -170,6 +170,23 @@ def test_reclaim_frees_what_no_live_batch_holds():
     assert same(kept["x"], np.ones(2))
 
 
+def test_a_forked_child_dropping_its_copy_of_a_batch_leaves_the_slot_held():
+    ring = Ring(1, 1, 4096)
+    _KEPT.append(crossed(pack(ring, 0, {"x": np.ones(2)})[0]))
+    ctx = multiprocessing.get_context("fork")
+    proc = ctx.Process(target=_KEPT.clear)  # the child drops its copy of the parent's batch
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert ring.flags[0] == TAKEN and ring.held() == 1  # the parent's batch is still its own
+    _KEPT.clear()
+    gc.collect()
+    assert ring.flags[0] == FREE
+
+
+_KEPT: list = []
+
+
 def _spawned_worker(ring, queue):
     packed, _ = pack(ring, 1, {"x": np.arange(6, dtype=np.int16).reshape(2, 3), "s": ["a", "b"]})
     queue.put(packed)

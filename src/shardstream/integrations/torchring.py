@@ -216,7 +216,9 @@ def _pin(ring: Ring, plane: RingPlane) -> None:
                    "copied into pinned memory instead")
         return
     ring.pinned = True
-    ring.on_release = plane.defer
+    # weakly: a ring <-> plane cycle would outlive the loader until a garbage collection, and a forked worker
+    # collecting it would destroy the parent's CUDA events (which aborts the worker)
+    ring.on_release = weakref.WeakMethod(plane.defer)
     weakref.finalize(ring, cudart.cudaHostUnregister, ring.address)
 
 

@@ -81,8 +81,10 @@ class Ring:
         self.flags = self.array[:self.slots]
         self.data_offset = self.size - self.slots * self.slot_bytes
         self._held = np.zeros(self.slots, bool)  # slots with a live lease in this process
+        self._owner = os.getpid()  # the process whose leases release slots (a forked worker inherits copies)
         self._fence = threading.Lock()
-        self.on_release: Optional[Callable[[Ring, int], bool]] = None  # may defer a release (True if it did)
+        # a weak reference to a callable that may defer a release (it returns True if it did)
+        self.on_release: Optional[Callable[[], Optional[Callable[[Ring, int], bool]]]] = None
         self._next = 0  # the worker's next slot to look at
         self.pinned = False  # page-locked for an accelerator's copies (in the training process)
 
@@ -132,8 +134,12 @@ class Ring:
         return np.asarray(Lease(self, slot, nbytes))
 
     def release(self, slot: int) -> None:
-        """The slot's batch is gone in this process: its worker may write into it again."""
-        if self.on_release is not None and self.on_release(self, slot):
+        """The slot's batch is gone in this process: its worker may write into it again. Not in a forked
+        worker, which may free its copy of a lease of its parent's, whose batch the parent still holds."""
+        if os.getpid() != self._owner:
+            return
+        defer = self.on_release() if self.on_release is not None else None
+        if defer is not None and defer(self, slot):
             return  # released later (e.g. once a copy from it has finished)
         self.free(slot)
 
