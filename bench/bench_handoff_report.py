@@ -15,6 +15,7 @@ TITLE = "## Handing batches to the training process"
 TARGET_CPU_SHARE = 0.2  # shardstream's training-process CPU per MB, of torch's mechanism's
 TARGET_GBPS = 1.0
 TARGET_COLLATE = 5.0
+TARGET_GPU_GBPS = 4.0  # 14 workers, batches of 1,024, into GPU memory
 HEADLINE_BATCH = "1024"
 NAMES = {"shardstream": "shardstream", "mosaic": "mosaicml-streaming", "torch": "torch's own mechanism"}
 HANDOFF_SETTINGS = {
@@ -62,7 +63,23 @@ def summary(R: dict) -> dict[str, Any]:
     best, rate = mosaic_best(R)
     ss = _value(get(R, "collate", "shardstream"), "steady_samples_per_s")
     out.update(mosaic_best=best, collate_ratio=ss / rate if ss and rate else None)
+    out.update(gpu_curve(R))
     return out
+
+
+def gpu_curve(R: dict) -> dict[str, Any]:
+    """The GPU targets' figures, batches of 1,024: shardstream's best way into GPU memory (pinned + ``.to``, or
+    ``device="cuda"``) at the most workers, and that case's GB/s by workers (whether it keeps growing)."""
+    by_case = get(R, "gpu", HEADLINE_BATCH) or {}
+    workers = [str(w) for w in (R.get("config") or {}).get("workers", [])]
+    best_case, best = None, None
+    for case in ("shardstream-pinned", "shardstream-device"):
+        value = _value((by_case.get(case) or {}).get(workers[-1]) if workers else None, "GB_per_s")
+        if value is not None and (best is None or value > best):
+            best_case, best = case, value
+    curve = [_value((by_case.get(best_case) or {}).get(w), "GB_per_s") for w in workers] if best_case else []
+    return {"gpu_case": best_case, "gpu_gbps": best, "gpu_workers": workers[-1] if workers else None,
+            "gpu_curve": curve if curve and None not in curve else None}
 
 
 def target_rows(R: Optional[dict]) -> list[dict]:
@@ -84,6 +101,18 @@ def target_rows(R: Optional[dict]) -> list[dict]:
                                f"best predownload ({S['mosaic_best']})",
                      "measured": f"{S['collate_ratio']:.1f}x", "ratio": f"{S['collate_ratio']:.1f}x",
                      "required": f">= {TARGET_COLLATE:g}x", "met": S["collate_ratio"] >= TARGET_COLLATE})
+    if S["gpu_gbps"] is not None:
+        how = GPU_SETTINGS[S["gpu_case"]].replace("shardstream, ", "")
+        rows.append({"target": f"GPU machine, {S['gpu_workers']} workers, batches of 1,024, into GPU memory ({how})",
+                     "measured": f"{S['gpu_gbps']:.2f} GB/s", "ratio": f"{S['gpu_gbps'] / TARGET_GPU_GBPS:.2f}x of "
+                     f"{TARGET_GPU_GBPS:g} GB/s", "required": f">= {TARGET_GPU_GBPS:g} GB/s",
+                     "met": S["gpu_gbps"] >= TARGET_GPU_GBPS})
+    if S["gpu_curve"]:
+        curve = S["gpu_curve"]
+        rows.append({"target": "GPU machine, batches of 1,024 into GPU memory: GB/s keeps growing with the workers "
+                               f"(1 to {S['gpu_workers']})",
+                     "measured": " -> ".join(f"{v:.2f}" for v in curve), "ratio": f"{curve[-1] / curve[0]:.1f}x",
+                     "required": "each more workers deliver more", "met": all(b > a for a, b in zip(curve, curve[1:]))})
     return rows
 
 

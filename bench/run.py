@@ -199,6 +199,7 @@ def summarize_targets(R: dict) -> list[dict]:
             + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert"))
             + bench_textshards.target_rows(R.get("textshards"))
             + bench_handoff_report.target_rows(R.get("handoff"))
+            + bench_handoff_report.target_rows(R.get("handoff_gpu"))
             + bench_loader_stats.target_rows(R.get("loader_stats")))
 
 
@@ -416,6 +417,11 @@ def render(R: dict, images: list[tuple[str, str]] = ()) -> str:
         n += 1
     if R.get("handoff"):
         L += [bench_handoff_report.markdown(R["handoff"]).replace("## Handing", f"## {n}. Handing", 1), ""]
+        n += 1
+    if R.get("handoff_gpu"):  # measured on a GPU machine (bench/device_handoff.sh), put here with --only handoffgpu
+        section = bench_handoff_report.markdown(R["handoff_gpu"])
+        L += [section.replace("## Handing batches to the training process",
+                              f"## {n}. Handing batches to the training process: a GPU machine", 1), ""]
         n += 1
     L += [f"## {n}. Summary against the targets", ""]
     rows = [[s["target"], s["measured"], s["ratio"], s["required"], status(s["met"])] for s in R["summary"]]
@@ -661,7 +667,13 @@ ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
         "textshards": ("textshards", _run_textshards, bench_textshards.markdown),
         "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown),
-        "handoff": ("handoff", _run_handoff, bench_handoff_report.markdown)}
+        "handoff": ("handoff", _run_handoff, bench_handoff_report.markdown),
+        "handoffgpu": ("handoff_gpu", _needs_gpu_json, bench_handoff_report.markdown)}
+
+
+def _needs_gpu_json(args) -> dict:
+    raise SystemExit("--only handoffgpu takes the results of bench/device_handoff.sh, run on a GPU machine: pass "
+                     "their handoff.json with --from-json")
 
 
 def run_only(args) -> None:
