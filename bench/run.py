@@ -662,6 +662,11 @@ def _run_handoff(args) -> dict:
     return R
 
 
+def _needs_gpu_json(args) -> dict:
+    raise SystemExit("--only handoffgpu takes the results of bench/device_handoff.sh, run on a GPU machine: pass "
+                     "their handoff.json with --from-json")
+
+
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
 ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
@@ -670,10 +675,6 @@ ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "handoff": ("handoff", _run_handoff, bench_handoff_report.markdown),
         "handoffgpu": ("handoff_gpu", _needs_gpu_json, bench_handoff_report.markdown)}
 
-
-def _needs_gpu_json(args) -> dict:
-    raise SystemExit("--only handoffgpu takes the results of bench/device_handoff.sh, run on a GPU machine: pass "
-                     "their handoff.json with --from-json")
 
 
 def run_only(args) -> None:
