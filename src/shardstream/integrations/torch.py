@@ -16,6 +16,9 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
   column arrays instead of collating per-sample dicts; the main process turns the
   arrays into tensors without copying. It is on by default unless a ``collate_fn`` is
   given or a dataset subclass makes its own samples.
+- A shared ring of batch slots (:mod:`.torchring`, :mod:`.torchsend`): workers write finished
+  batches there and send small descriptors in bundles; pinned once for the GPU with
+  ``pin_memory=True``, and ``device=`` moves batches ahead onto a device (:mod:`.todevice`).
 - Batches in one form on every path without a ``collate_fn``, whatever the columns:
   variable-length arrays padded with their lengths, images and other values as lists
   (see :mod:`.torchform`).
@@ -166,6 +169,11 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
     tensors). A subclass's own samples go through ``default_collate``. ``columns``:
     decode only those columns, on every path. ``stats``: keep loader stats (``True``, a list of
     exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`).
+
+    How batches cross from the workers (docs/transfer.md): ``transfer`` (``"auto"``: a shared ring of
+    slots when there are workers, ``"ring"``, or ``"queue"``: torch's worker queue), ``ring_bytes`` (the
+    most the ring may take), ``transfer_batches`` (batches a worker sends at once). ``device``: batches
+    arrive on this torch device, moved ``device_prefetch`` batches ahead on a side CUDA stream.
     """
 
     def __new__(cls, dataset=None, *args, **kwargs):

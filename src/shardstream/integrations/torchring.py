@@ -1,9 +1,9 @@
 """The ring data plane in a PyTorch DataLoader (``transfer="ring"``, see :mod:`shardstream.ring`).
 
-In each worker the DataLoader's ``collate_fn`` ends with :class:`RingCollate`: the finished
+In each worker, :class:`RingCollate` is the last thing done to a stamped batch: the finished
 batch (numpy columns, or whatever a user's ``collate_fn`` made: tensors included) is copied
 into a free slot of the worker's and only a :class:`~shardstream.ring.pack.Packed`
-descriptor crosses torch's worker queue. Unpickling it in the training process gives the
+descriptor crosses torch's worker queue (in bundles: :mod:`.torchsend`). Unpickling it in the training process gives the
 batch back as arrays and tensors that view the slot: nothing is copied there, no memory is
 touched for the first time. A batch that finds no free slot, or does not fit in one, crosses
 the queue as before (:class:`Spilled`); the next pass's ring is made big enough for it.
@@ -82,9 +82,9 @@ def _worker_id() -> int:
 
 
 class RingCollate:
-    """What a worker does last to each stamped batch: ``inner`` (the stamp's own collate), ``form`` (numpy-side shaping of the
-    batch, or None), then the stamp's item written into the ring. ``rewrap(stamp, item)`` makes the
-    stamp again with another item."""
+    """What a worker does last to each stamped batch: ``inner`` (the stamp's own collate), ``form``
+    (numpy-side shaping of the batch, or None), then the stamp's item written into the ring.
+    ``rewrap(stamp, item)`` makes the stamp again with another item."""
 
     def __init__(self, inner: Callable, form: Optional[Callable], rewrap: Callable) -> None:
         self.inner, self.form, self.rewrap = inner, form, rewrap
