@@ -202,6 +202,17 @@ def test_no_shared_memory_falls_back_to_the_queue(data, monkeypatch):
         assert epoch_ids(loader) == reference(data)
 
 
+def test_without_memfd_forked_workers_share_an_anonymous_mapping_and_spawned_ones_fall_back(data, monkeypatch):
+    monkeypatch.delattr(os, "memfd_create")
+    forked = StreamingDataLoader(make(data), batch_size=BS, num_workers=2, multiprocessing_context="fork")
+    assert epoch_ids(forked) == reference(data)
+    assert forked._plane.ring is not None and forked._plane.ring.fd is None and forked._plane.spilled == 0
+    with pytest.warns(RingFallbackWarning, match="reaches forked workers only"):
+        spawned = StreamingDataLoader(make(data), batch_size=BS, num_workers=2, multiprocessing_context="spawn")
+        assert epoch_ids(spawned) == reference(data)
+    assert spawned._plane.ring is None
+
+
 def test_the_environment_sets_the_ring_size(data, monkeypatch):
     monkeypatch.setenv("SHARDSTREAM_RING_BYTES", "8192")
     with pytest.warns(RingFallbackWarning, match="ring_bytes=8,192"):

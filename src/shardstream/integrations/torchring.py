@@ -123,9 +123,11 @@ class RingPlane:
         self._said: set = set()
 
     # -- before the workers start ---------------------------------------------------------------
-    def prepare(self, workers: int, per_worker: int, slot_bytes: int, old_workers_gone: bool) -> Optional[Ring]:
+    def prepare(self, workers: int, per_worker: int, slot_bytes: int, old_workers_gone: bool,
+                forked: bool = True) -> Optional[Ring]:
         """The ring for a pass of ``workers`` fresh workers: the last one, reclaimed, when it is big
-        enough and its workers are gone; else a new one (None when none can be made)."""
+        enough and its workers are gone; else a new one (None when none can be made). ``forked``: whether
+        the workers are forked (else they are sent the ring's descriptor, which an anonymous mapping lacks)."""
         slot_bytes = max(_MIN_SLOT, round_up(max(slot_bytes, self.needed * 5 // 4), PAGE))
         ring = self.ring
         if ring is not None and old_workers_gone and ring.workers >= workers and ring.slot_bytes >= slot_bytes \
@@ -134,6 +136,10 @@ class RingPlane:
             ring.reclaim()
             return ring
         self.ring = self._make(workers, per_worker, slot_bytes)
+        if self.ring is not None and self.ring.fd is None and not forked:
+            self.ring = None
+            self._fallback("this platform has no memfd_create, and an anonymous shared mapping reaches forked "
+                           "workers only; use multiprocessing_context='fork'")
         return self.ring
 
     def _make(self, workers: int, per_worker: int, slot_bytes: int) -> Optional[Ring]:

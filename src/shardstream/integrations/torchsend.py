@@ -11,6 +11,7 @@ workers still sending), so plan positions, ``state_dict()`` and resumption are u
 
 from __future__ import annotations
 
+import multiprocessing
 import weakref
 from collections import deque
 from time import perf_counter
@@ -119,7 +120,10 @@ class WorkerTransfer:
             return
         gone = workers_gone(self._torch_it and self._torch_it())
         slots = slots_per_worker(self.dataset.bundle, self.prefetch_factor or 2, self._device_depth)
-        self.dataset.finish.ring = self._plane.prepare(self.num_workers, slots, self._slot_bytes, gone)
+        context = self.multiprocessing_context
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+        self.dataset.finish.ring = self._plane.prepare(self.num_workers, slots, self._slot_bytes, gone,
+                                                       forked=method == "fork")
 
     def _began(self, it) -> None:
         self._torch_it = weakref.ref(it)

@@ -196,6 +196,8 @@ def find(key: str) -> Ring:
 
 def _map(size: int) -> tuple[Optional[int], mmap.mmap]:
     create = getattr(os, "memfd_create", None)
+    if not hasattr(mmap, "MAP_SHARED"):  # Windows
+        raise RingUnavailableError("this platform has no shared mappings")
     if create is None:
         try:
             return None, mmap.mmap(-1, size, flags=mmap.MAP_SHARED)
