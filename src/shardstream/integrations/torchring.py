@@ -182,8 +182,8 @@ class RingPlane:
         if item.nbytes > (self.ring.slot_bytes if self.ring is not None else 0):
             self.needed = max(self.needed, item.nbytes)
             self._say(f"a batch of {item.nbytes:,} bytes did not fit in a ring slot of "
-                      f"{self.ring.slot_bytes if self.ring else 0:,} bytes and crossed torch's queue; the next "
-                      "pass's ring is made bigger")
+                      f"{self.ring.slot_bytes if self.ring else 0:,} bytes and crossed torch's queue; the ring is made "
+                      "bigger when workers next start (each pass, unless persistent_workers=True)")
         return item.item, pin
 
     def defer(self, ring: Ring, slot: int) -> bool:
