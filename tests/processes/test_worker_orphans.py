@@ -29,6 +29,17 @@ CHILD = textwrap.dedent("""
     time.sleep(600)  # the workers fill their queues while the rank sleeps, then it is killed
 """)
 
+STARTING = textwrap.dedent("""
+    import sys, time
+    import torch
+    from shardstream import StreamingDataset, StreamingDataLoader
+    ds = StreamingDataset(local=sys.argv[1], shuffle=True, batch_size=64)
+    loader = StreamingDataLoader(ds, batch_size=64, num_workers=2, multiprocessing_context="spawn")
+    it = iter(loader)  # the workers are started, and are still importing torch when the rank is killed
+    print("READY", flush=True)
+    time.sleep(600)
+""")
+
 
 def _children(pid: int) -> list[int]:
     out = []
@@ -56,9 +67,11 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def big_samples(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("orphans") / "ds")
-    with MDSWriter(out=out, columns={"id": "int", "x": "ndarray:uint8:4096"}, size_limit=1 << 20) as w:
-        for i in range(4000):
-            w.write({"id": i, "x": np.full(4096, i % 251, np.uint8)})
+    # more samples than the workers may run ahead (prefetch_factor bundles of up to 16 batches each), so
+    # that neither worker ends its share, and leaves, while the rank sleeps
+    with MDSWriter(out=out, columns={"id": "int", "x": "ndarray:uint8:1024"}, size_limit=1 << 20) as w:
+        for i in range(16000):
+            w.write({"id": i, "x": np.full(1024, i % 251, np.uint8)})
     return out
 
 
@@ -86,6 +99,34 @@ def test_workers_die_with_a_killed_rank(big_samples, context, batch):
         while time.monotonic() < deadline and any(_alive(w) for w in workers):
             time.sleep(0.1)
         assert not [w for w in workers if _alive(w)], "workers outlived their killed rank"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for w in workers:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux only")
+def test_workers_die_with_a_rank_killed_while_they_start(big_samples):
+    """A spawned worker whose rank dies before the worker's first task still leaves: the process that
+    started it is not its parent any more, whatever pid init or a subreaper has."""
+    proc = subprocess.Popen([sys.executable, "-c", STARTING, big_samples],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "READY", proc.stderr.read() if proc.poll() is not None else line
+        workers = [p for p in _children(proc.pid) if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
+        assert len(workers) == 2, workers
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 60  # they finish importing torch first
+        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], "workers outlived a rank killed while they started"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -44,6 +44,7 @@ from ..stats import record
 from ..stats.meter import add_after
 from ..stats.loaders import LoaderStatsMixin, timed_items
 from .todevice import DevicePrefetcher
+from .torchenv import WorkerStart
 from .torchform import StackSamples, check_ragged, numpy_form, torch_form
 from .torchring import RingCollate, slot_estimate
 from .torchsend import WorkerTransfer, sent
@@ -218,6 +219,7 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
                  and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
         check_ragged(dataset, columns, ragged, convert)
+        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
         to_device = None if device is None else DevicePrefetcher(device, device_prefetch)
         pin_memory = pin_memory or (to_device is not None and to_device.pins)
         plane = self._plane_for(transfer, ring_bytes, pin_memory, num_workers)

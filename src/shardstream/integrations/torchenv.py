@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+from typing import Any, Callable, Optional
 
 _DATASET_MODULE = "torch.utils.data.dataset"
 
@@ -115,6 +116,20 @@ def prepare_worker() -> None:
     reuse_freed_memory()
 
 
+class WorkerStart:
+    """A DataLoader's ``worker_init_fn``: :func:`prepare_worker` first, before the worker waits for its first
+    task (a worker that arms the death signal only when it iterates outlives a rank killed while it starts),
+    then the user's own ``worker_init_fn``, if any."""
+
+    def __init__(self, user: Optional[Callable[[int], Any]] = None) -> None:
+        self.__wrapped__ = user
+
+    def __call__(self, worker_id: int) -> None:
+        prepare_worker()
+        if self.__wrapped__ is not None:
+            self.__wrapped__(worker_id)
+
+
 def reuse_freed_memory() -> None:
     """In a DataLoader worker on Linux with glibc, keep freed blocks of up to 32 MB for the next
     allocations instead of returning them to the kernel: a worker allocates batch-sized arrays
@@ -152,7 +167,11 @@ def die_with_parent() -> None:
         return
     import os
 
-    parent = os.getppid()
+    import multiprocessing
+
+    # the process that started this worker: os.getppid() would name init if it died already
+    started_by = multiprocessing.parent_process()
+    parent = started_by.pid if started_by is not None and started_by.pid else os.getppid()
     if _armed_for == parent:
         return
     import ctypes

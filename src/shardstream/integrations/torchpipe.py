@@ -24,6 +24,7 @@ from ..process.run import setup
 from ..stats.loaders import LoaderStatsMixin, timed_items
 from .tensors import converter, to_numpy
 from .torch import keep
+from .torchenv import WorkerStart
 from .torchring import RingCollate, slot_estimate
 from .torchsend import WorkerTransfer, sent
 
@@ -85,6 +86,7 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
             raise InvalidArgumentError("persistent_workers=True is not supported over a processing chain: each "
                                        "epoch's workers start from the chain's state; leave it False")
         config = self._stats_config(stats)
+        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
         self._plane_for(transfer, ring_bytes, pin_memory, num_workers)
         if batch_size is not None:
             chain = chain.batch(batch_size, drop_last_batch=drop_last)

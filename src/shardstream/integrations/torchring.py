@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
-from ..ring.memory import PAGE, Ring, RingUnavailableError, ring_size, round_up
+from ..ring.memory import FORKED_ONLY, PAGE, Ring, RingUnavailableError, ring_size, round_up
 from ..ring.pack import pack, register_leaf
 
 TRANSFERS = ("auto", "ring", "queue")
@@ -138,8 +138,7 @@ class RingPlane:
         self.ring = self._make(workers, per_worker, slot_bytes)
         if self.ring is not None and self.ring.fd is None and not forked:
             self.ring = None
-            self._fallback("this platform has no memfd_create, and an anonymous shared mapping reaches forked "
-                           "workers only; use multiprocessing_context='fork'")
+            self._fallback(FORKED_ONLY)
         return self.ring
 
     def _make(self, workers: int, per_worker: int, slot_bytes: int) -> Optional[Ring]:

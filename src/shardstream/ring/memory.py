@@ -39,6 +39,10 @@ _keys = itertools.count()
 _rings: "weakref.WeakValueDictionary[str, Ring]" = weakref.WeakValueDictionary()  # this process's rings by key
 
 
+FORKED_ONLY = ("this platform has no memfd_create, and an anonymous shared mapping reaches forked "
+               "workers only; use multiprocessing_context='fork'")
+
+
 class RingUnavailableError(ShardstreamError, OSError):
     """No ring could be made here (no shared mapping, or not enough memory for it)."""
 
