@@ -180,7 +180,7 @@ def markdown(R: dict) -> str:
           "decompressed during it, by both libraries. *Same bytes*: the SHA-256 of every file both libraries wrote "
           "(data, meta, compressed files, `index.json`) are equal. *Same samples*: each library's pass read every "
           "sample in written order (count, sum and order-weighted sum of `id`), and both libraries' passes agree on "
-          "those and on the characters of `text` and the sum of `score`. Peak RSS is the process's `ru_maxrss`: "
+          "those and on the characters of `text` and the sum of `score`. Peak RSS is the process's own peak (`VmHWM` in `/proc/self/status`): "
           "the interpreter, the library, and when writing the "
           f"{data['samples']:,} samples held in a list. *Others' CPU* is the "
           "share of the CPUs other processes used during the run (the machine is shared).", ""]

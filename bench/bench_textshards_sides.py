@@ -12,7 +12,7 @@
   ``shuffle=False``), iterate every sample once (a first pass: zstd shards are decompressed on the
   way), then ``ds[i]`` over the given random indices; each pass keeps a checksum of what it read.
 
-Both record the process's peak RSS (``ru_maxrss``). Only the standard library at import.
+Both record the process's peak RSS (``VmHWM``, else ``ru_maxrss``). Only the standard library at import.
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ def load_samples(path: str) -> list[dict]:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory since it started. Linux's ``ru_maxrss`` carries over
+    through fork + exec, so a side started by a large runner would report the runner's peak;
+    ``VmHWM`` belongs to this process's own address space."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
