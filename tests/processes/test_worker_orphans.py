@@ -64,6 +64,26 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _kill_rank(proc, workers: list[int], wait_s: float) -> list[int]:
+    """SIGKILL the rank; the workers still alive ``wait_s`` seconds later."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.1)
+    return [w for w in workers if _alive(w)]
+
+
+def _clean_up(proc, workers: list[int]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    for w in workers:
+        try:
+            os.kill(w, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 @pytest.fixture(scope="module")
 def big_samples(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("orphans") / "ds")
@@ -93,20 +113,9 @@ def test_workers_die_with_a_killed_rank(big_samples, context, batch):
             time.sleep(0.1)
         assert len(workers) >= 2, "the DataLoader workers were not found"
         time.sleep(1.0)  # let the workers fill the pipe to the rank
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(w) for w in workers):
-            time.sleep(0.1)
-        assert not [w for w in workers if _alive(w)], "workers outlived their killed rank"
+        assert not _kill_rank(proc, workers, 15), "workers outlived their killed rank"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for w in workers:
-            try:
-                os.kill(w, signal.SIGKILL)
-            except OSError:
-                pass
+        _clean_up(proc, workers)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux only")
@@ -121,17 +130,7 @@ def test_workers_die_with_a_rank_killed_while_they_start(big_samples):
         assert line.strip() == "READY", proc.stderr.read() if proc.poll() is not None else line
         workers = [p for p in _children(proc.pid) if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
         assert len(workers) == 2, workers
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 60  # they finish importing torch first
-        while time.monotonic() < deadline and any(_alive(w) for w in workers):
-            time.sleep(0.1)
-        assert not [w for w in workers if _alive(w)], "workers outlived a rank killed while they started"
+        # they finish importing torch first
+        assert not _kill_rank(proc, workers, 60), "workers outlived a rank killed while they started"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        for w in workers:
-            try:
-                os.kill(w, signal.SIGKILL)
-            except OSError:
-                pass
+        _clean_up(proc, workers)
