@@ -676,7 +676,6 @@ ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "handoffgpu": ("handoff_gpu", _needs_gpu_json, bench_handoff_report.markdown)}
 
 
-
 def run_only(args) -> None:
     """``--only pipeline`` / ``convert`` / ``textshards`` / ``loaderstats`` / ``handoff``: that section alone,
     merged into the raw results of the last full run (the other

@@ -171,7 +171,7 @@ def die_with_parent() -> None:
 
     # the process that started this worker: os.getppid() would name init if it died already
     started_by = multiprocessing.parent_process()
-    parent = started_by.pid if started_by is not None and started_by.pid else os.getppid()
+    parent = started_by.pid if started_by is not None else os.getppid()
     if _armed_for == parent:
         return
     import ctypes

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidArgumentError
-from ..ring.memory import FORKED_ONLY, PAGE, Ring, RingUnavailableError, ring_size, round_up
+from ..ring.memory import FORKED_ONLY, PAGE, Ring, RingUnavailableError, ring_size, round_up, spawn_shareable
 from ..ring.pack import pack, register_leaf
 
 TRANSFERS = ("auto", "ring", "queue")
@@ -135,10 +135,11 @@ class RingPlane:
             self._poll(wait=True)
             ring.reclaim()
             return ring
-        self.ring = self._make(workers, per_worker, slot_bytes)
-        if self.ring is not None and self.ring.fd is None and not forked:
+        if not forked and not spawn_shareable():
             self.ring = None
             self._fallback(FORKED_ONLY)
+            return None
+        self.ring = self._make(workers, per_worker, slot_bytes)
         return self.ring
 
     def _make(self, workers: int, per_worker: int, slot_bytes: int) -> Optional[Ring]:

@@ -198,6 +198,12 @@ def find(key: str) -> Ring:
     return ring
 
 
+def spawn_shareable() -> bool:
+    """Whether a ring made here can reach spawned workers (a ``memfd`` descriptor can; the anonymous
+    mapping that stands in for it where ``memfd_create`` is missing reaches forked workers only)."""
+    return hasattr(os, "memfd_create")
+
+
 def _map(size: int) -> tuple[Optional[int], mmap.mmap]:
     create = getattr(os, "memfd_create", None)
     if not hasattr(mmap, "MAP_SHARED"):  # Windows
