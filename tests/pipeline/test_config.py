@@ -155,6 +155,70 @@ def test_overrides_set_nested_keys_and_read_values_as_yaml():
         apply_overrides(data, ["datasets[5].weight=1"])
 
 
+def alias_bomb(levels: int = 9) -> str:
+    """Under a kilobyte of YAML whose aliases stand for 10 ** ``levels`` strings."""
+    lines = ['      k0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, levels):
+        lines.append(f"      k{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return ("datasets:\n  - data_files: data/*.jsonl\n    storage_options:\n" + "\n".join(lines)
+            + f"\n    weight: *a{levels - 1}\n")
+
+
+BOUNDED_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from shardstream import ConfigError, PipelineConfig
+from shardstream.pipeline.yamlconfig import apply_overrides
+try:
+    if sys.argv[2] == "file":
+        PipelineConfig.from_yaml(sys.argv[1])
+    else:
+        PipelineConfig.from_dict(apply_overrides({"datasets": [{"data_files": "x"}]},
+                                                 ["mix.weights=" + open(sys.argv[1]).read()]))
+    print("accepted")
+except ConfigError as exc:
+    print("ConfigError", exc)
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "override"])
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path, how):
+    pytest.importorskip("yaml")
+    import subprocess
+    import sys
+
+    path = tmp_path / "bomb.yaml"
+    if how == "file":
+        text = alias_bomb()
+    else:  # one flow-style value: [[a0, a1, ...]], each a list of ten aliases of the one before
+        items = ["&a0 [x, x, x, x, x, x, x, x, x, x]"] + [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]"
+                                                        for i in range(1, 9)]
+        text = "[[" + ", ".join(items) + "]]"
+    path.write_text(text)
+    assert len(text) < 1024
+    try:  # in a child process limited to 2 GiB and 60 s: an unbounded expansion fails the test, not the machine
+        done = subprocess.run([sys.executable, "-c", BOUNDED_CHILD, str(path), how], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading the alias bomb ran past the 60 s guard")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ConfigError") and "more than 100,000 values" in done.stdout, done.stdout
+    where = str(path) if how == "file" else "--set 'mix.weights="
+    assert where in done.stdout
+
+
+def test_yaml_aliases_within_the_limit_still_work_and_recursive_ones_are_refused(tmp_path):
+    pytest.importorskip("yaml")
+    path = tmp_path / "ok.yaml"
+    path.write_text("datasets:\n  - {data_files: a/*.jsonl, name: a, storage_options: &opts {anon: true}}\n"
+                    "  - {data_files: b/*.jsonl, name: b, storage_options: *opts}\n")
+    config = PipelineConfig.from_yaml(str(path))
+    assert config.datasets[0].storage_options == config.datasets[1].storage_options == {"anon": True}
+    path.write_text("datasets:\n  - data_files: a/*.jsonl\n    storage_options: &loop {inner: *loop}\n")
+    with pytest.raises(ConfigError, match="recursive"):
+        PipelineConfig.from_yaml(str(path))
+
+
 def base(**stages) -> PipelineConfig:
     return PipelineConfig.from_dict({"datasets": [{"data_files": "x"}], **stages})
 

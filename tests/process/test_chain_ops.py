@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -160,3 +161,83 @@ def test_an_error_in_a_dataloader_worker_reaches_the_loop_with_its_place(jsonl_d
             pass
     msg = str(info.value)
     assert "bad row here" in msg and "part1.jsonl" in msg and "fails_on_1005" in msg
+
+
+async def every_third(row):
+    await asyncio.sleep(0)
+    return row["id"] % 3 == 0
+
+
+async def doubled(row):
+    await asyncio.sleep(0)
+    return {"twice": row["id"] * 2}
+
+
+async def doubled_batch(batch):
+    await asyncio.sleep(0)
+    return {"twice": [i * 2 for i in batch["id"]]}
+
+
+def test_async_functions_are_awaited_by_map_and_filter(jsonl_dir):
+    ds = ss.StreamingDataset(local=jsonl_dir)
+    ids = [r["id"] for r in ds]
+    assert [r["id"] for r in ds.filter(every_third)] == [i for i in ids if i % 3 == 0]
+    assert [r["twice"] for r in ds.map(doubled)] == [2 * i for i in ids]
+    assert [r["twice"] for r in ds.map(doubled_batch, batched=True, batch_size=7)] == [2 * i for i in ids]
+
+    async def keep_batch(batch):
+        return [i % 3 == 0 for i in batch["id"]]
+    assert [r["id"] for r in ds.filter(keep_batch, batched=True, batch_size=10)] == [i for i in ids if i % 3 == 0]
+    assert [r["id"] for r in ds.filter(lambda r: every_third(r))] == [i for i in ids if i % 3 == 0]
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.load_dataset("json", data_files=sorted(
+        f"{jsonl_dir}/{n}" for n in ("part0.jsonl", "part1.jsonl", "part2.jsonl")), split="train", streaming=True)
+    assert list(ds.filter(every_third).map(doubled)) == list(hf.filter(every_third).map(doubled))
+
+
+def test_async_functions_overlap_in_a_group_on_one_loop_and_resume(jsonl_dir):
+    ds = ss.StreamingDataset(local=jsonl_dir)
+    seen = {"now": 0, "most": 0, "loops": set()}
+
+    async def slow_keep(row):
+        seen["loops"].add(id(asyncio.get_running_loop()))
+        seen["now"] += 1
+        seen["most"] = max(seen["most"], seen["now"])
+        await asyncio.sleep(0.001)
+        seen["now"] -= 1
+        return row["id"] % 2 == 0
+    full = [r["id"] for r in ds.filter(slow_keep)]
+    assert full == [r["id"] for r in ds if r["id"] % 2 == 0]
+    assert seen["most"] > 1 and len(seen["loops"]) == 1  # a group's rows at once, one loop for the pass
+    chain = ds.filter(slow_keep)
+    it = iter(chain)
+    head = [next(it)["id"] for _ in range(37)]
+    state = json.loads(json.dumps(chain.state_dict()))
+    chain.close()
+    again = ds.filter(slow_keep)
+    again.load_state_dict(state)
+    assert head + [r["id"] for r in again] == full
+
+
+def test_async_errors_name_the_row_and_bad_uses_are_refused(jsonl_dir):
+    ds = ss.StreamingDataset(local=jsonl_dir)
+
+    async def boom(row):
+        if row["id"] == 1005:
+            raise ValueError("bad row here")
+        return True
+    with pytest.raises(TransformError) as info:
+        list(ds.filter(boom))
+    assert "bad row here" in str(info.value) and "part1.jsonl" in str(info.value) and "row 5" in str(info.value)
+    assert len(list(ds.filter(boom, skip_errors=True))) == len(ds) - 1
+
+    async def rows(row):
+        yield row
+    with pytest.raises(InvalidArgumentError, match="async generator"):
+        ds.filter(rows)
+
+    async def inside_a_loop():
+        with pytest.raises(InvalidArgumentError, match="running event loop"):
+            list(ds.filter(every_third))
+        return [r["id"] for r in ds.filter(every_third).prefetch(4)]  # the chain runs in its own thread
+    assert asyncio.run(inside_a_loop()) == [r["id"] for r in ds if r["id"] % 3 == 0]

@@ -176,3 +176,29 @@ def test_the_fingerprint_follows_files_and_order_settings(tmp_path):
     path.write_text(text)
     os.utime(path, (time.time() + 5, time.time() + 5))
     assert ss.StreamingDataset(local=d, shuffle=True, shuffle_seed=1).shuffle(buffer_size=4).fingerprint() != before
+
+
+def test_a_buffer_draws_a_new_order_each_epoch_and_resumes_in_it(jsonl_dir):
+    plain = ss.StreamingDataset(local=jsonl_dir)  # the plan keeps the stored order: only the buffer shuffles
+
+    def make():
+        return plain.shuffle(seed=42, buffer_size=3)
+    chain = make()
+    e0 = [r["id"] for r in chain]
+    chain.set_epoch(1)
+    e1 = [r["id"] for r in chain]
+    assert sorted(e0) == sorted(e1) and e0 != e1
+    again = make()
+    assert [r["id"] for r in again] == e0 and [r["id"] for r in again] == e1  # iterating again: the next epoch
+    again.set_epoch(0)
+    assert [r["id"] for r in again] == e0
+    for k in (0, 1, 250, 599):
+        chain = make()
+        chain.set_epoch(1)
+        it = iter(chain)
+        head = [next(it)["id"] for _ in range(k)]
+        state = json.loads(json.dumps(chain.state_dict()))
+        chain.close()
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert head + [r["id"] for r in resumed] == e1

@@ -34,7 +34,7 @@ class IterableDataset:
         self._prefetch = prefetch
         self._next_epoch = 0
         self._loaded: Optional[dict] = None
-        self._active = None  # (setup, run or prefetched, reader)
+        self._active = None  # (setup, run or prefetch producer, reader)
         self._fingerprint: Optional[str] = None
 
     def _with(self, spec=None, **changes) -> "IterableDataset":
@@ -154,7 +154,7 @@ class IterableDataset:
         convert = self._convert()
         if self._prefetch:
             fetched = Prefetched(run, self._prefetch, convert, meter)
-            self._active = (made, fetched, reader)
+            self._active = (made, fetched.producer, reader)  # not the iterator: dropping it stops the thread
             return fetched
         self._active = (made, run, reader)
         return _items(run, convert)

@@ -6,7 +6,8 @@ expects the same form back. A map's returned columns update the row (``remove_co
 are removed from the input first); a batched map may return another number of rows,
 which then replace the input rows (their input columns go). ``input_columns`` passes
 those columns as positional arguments instead of the row. A filter returns a bool (a
-list of bools when batched).
+list of bools when batched). An ``async def`` function's coroutines are awaited, a group
+of rows at a time (see :mod:`.awaiting`), for ``map`` and ``filter`` alike, as in HF.
 
 A function that raises is re-raised as :class:`~shardstream.errors.TransformError` naming
 the source sample (plan position, dataset, shard, row) and holding the original traceback,
@@ -24,6 +25,7 @@ the lookahead thread, where they overlap the stages after the map.
 
 from __future__ import annotations
 
+import inspect
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..errors import InvalidArgumentError, TransformError
 from ..stats import record
+from .awaiting import Awaiter, is_async
 from .describe import describe_callable
 from .keys import decode_all, encode_all
 from .stage import ReaderContext, Stage, deal, pull
@@ -81,6 +84,7 @@ class _Applies(Stage):
         self.later: list = []  # more partial groups, given to this reader by a resume on another world
         self.ahead: deque = deque()  # (input keys, future of (out keys, out rows)) of groups pulled ahead
         self.pool: Optional[ThreadPoolExecutor] = None
+        self.awaiter: Optional[Awaiter] = None
 
     def call(self, arg: Any, keys: list) -> Any:
         spec = self.spec
@@ -89,12 +93,29 @@ class _Applies(Stage):
                 return self.fn(*[arg[c] for c in spec.input_columns])
             return self.fn(arg)
         except Exception as exc:
-            if spec.skip_errors:
-                return _SKIPPED
-            hint = ""
-            if isinstance(exc, KeyError) and isinstance(arg, dict):
-                hint = f"\n(column {exc} is missing? the rows have the columns {list(arg)})"
-            raise self._error(keys, "".join(traceback.format_exception(exc)).rstrip() + hint) from exc
+            return self.failed(exc, arg, keys)
+
+    def failed(self, exc: Exception, arg: Any, keys: list) -> Any:
+        """What the function raising ``exc`` on ``arg`` gives: :data:`_SKIPPED` with ``skip_errors``, else a
+        :class:`TransformError` naming the row (its traceback kept)."""
+        if self.spec.skip_errors:
+            return _SKIPPED
+        hint = ""
+        if isinstance(exc, KeyError) and isinstance(arg, dict):
+            hint = f"\n(column {exc} is missing? the rows have the columns {list(arg)})"
+        raise self._error(keys, "".join(traceback.format_exception(exc)).rstrip() + hint) from exc
+
+    def results(self, args: list, keys_of: list) -> list:
+        """The function's result on each of ``args`` (rows, or one batch), ``keys_of`` their input keys; an
+        async function's coroutines are awaited together (see :mod:`.awaiting`)."""
+        out = [self.call(a, k) for a, k in zip(args, keys_of)]
+        if out and (self.spec.is_async or inspect.isawaitable(out[0]) or inspect.isawaitable(out[-1])):
+            at = [i for i, v in enumerate(out) if inspect.isawaitable(v)]
+            if self.awaiter is None:
+                self.awaiter = Awaiter(self.spec.op)
+            for i, (ok, v) in zip(at, self.awaiter.outcomes([out[i] for i in at])):
+                out[i] = v if ok else self.failed(v, args[i], keys_of[i])
+        return out
 
     def _error(self, keys: list, what: str) -> TransformError:
         spec = self.spec
@@ -186,6 +207,8 @@ class _Applies(Stage):
         self.ahead.clear()
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        if self.awaiter is not None:
+            self.awaiter.close()
         super().close()
 
     @staticmethod
@@ -216,14 +239,13 @@ class MapStage(_Applies):
         spec = self.spec
         if not spec.batched:
             out = []
-            for k, row in zip(keys, rows):
-                made = self.call(row, [k])
+            for k, row, made in zip(keys, rows, self.results(rows, [[k] for k in keys])):
                 if made is _SKIPPED:
                     self.errors += 1
                     continue
                 out.append((k, spec.merge(row, made)))
             return [k for k, _ in out], [r for _, r in out]
-        made = self.call(to_batch(rows), keys)
+        made = self.results([to_batch(rows)], [keys])[0]
         if made is _SKIPPED:
             self.errors += len(keys)
             return [], []
@@ -237,8 +259,9 @@ class MapStage(_Applies):
         plain = [k for k in keys if not (isinstance(k, tuple) and k[0] == "m")]
         made: dict = {}
         if plain:
-            _, rows = self.apply(plain, self.source.recreate(plain)) if self.spec.batched else (None, [
-                self.spec.merge(r, self.call(r, [k])) for k, r in zip(plain, self.source.recreate(plain))])
+            inputs = self.source.recreate(plain)
+            _, rows = self.apply(plain, inputs) if self.spec.batched else (None, [
+                self.spec.merge(r, m) for r, m in zip(inputs, self.results(inputs, [[k] for k in plain]))])
             made.update(zip(plain, rows))
         for group in {k[1] for k in keys if isinstance(k, tuple) and k[0] == "m"}:
             inputs = list(group)
@@ -256,7 +279,7 @@ class FilterStage(_Applies):
 
     def process(self, keys: list, rows: list) -> tuple[list, list]:
         if self.spec.batched:
-            verdicts = self.call(to_batch(rows), keys)
+            verdicts = self.results([to_batch(rows)], [keys])[0]
             if verdicts is _SKIPPED:
                 self.errors += len(keys)
                 return [], []
@@ -265,13 +288,12 @@ class FilterStage(_Applies):
                 raise InvalidArgumentError(f"a batched filter function must return one bool per row: got "
                                            f"{len(verdicts)} for {len(rows)} rows")
         else:
-            verdicts = []
-            for k, row in zip(keys, rows):
-                v = self.call(row, [k])
-                if v is _SKIPPED:
-                    self.errors += 1
-                    v = False
-                verdicts.append(v)
+            verdicts = self.results(rows, [[k] for k in keys])
+            if self.spec.skip_errors:
+                skipped = sum(v is _SKIPPED for v in verdicts)
+                if skipped:
+                    self.errors += skipped
+                    verdicts = [False if v is _SKIPPED else v for v in verdicts]
         out_keys = [k for k, v in zip(keys, verdicts) if v]
         out_rows = [r for r, v in zip(rows, verdicts) if v]
         return out_keys, out_rows
@@ -304,6 +326,9 @@ class MapSpec:
             function = _identity
         if not callable(function):
             raise InvalidArgumentError(f"{op}(function={function!r}): the function must be callable")
+        if inspect.isasyncgenfunction(function):
+            raise InvalidArgumentError(f"{op}(function={function!r}) is an async generator (async def with yield); "
+                                       f"give a function, or an async def function that returns its result")
         if batched and (batch_size is None or batch_size <= 0):
             raise InvalidArgumentError(f"{op}(batched=True) needs batch_size >= 1 on a stream (got {batch_size!r})")
         if isinstance(input_columns, str):
@@ -311,6 +336,7 @@ class MapSpec:
         if isinstance(remove_columns, str):
             remove_columns = [remove_columns]
         self.op, self.function, self.batched = op, function, bool(batched)
+        self.is_async = is_async(function)
         self.batch_size = int(batch_size) if batched else 1
         self.input_columns = None if input_columns is None else list(input_columns)
         self.remove_columns = tuple(remove_columns or ())

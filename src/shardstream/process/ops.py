@@ -4,9 +4,11 @@ column operations and ``with_format``.
 ``shuffle(seed, buffer_size)`` is HF's buffer: it fills ``buffer_size`` items, then for each
 new item hands on a uniformly drawn buffered one and puts the new one in its place; at the
 end it hands on the rest in random order. Draws come from a PCG64 stream seeded by
-``(seed, resume generation, reader)``; its state is the number of draws, so restoring it is
-one ``advance``. The buffer's state is its items' keys in slot order (plan positions for a
-buffer next to the source); on resume the items are read again by position.
+``(seed, resume generation, reader, epoch)``, so every epoch draws another order (set by
+``set_epoch``, or the next one when the chain is iterated again, as the dataset's plan does);
+its state is the number of draws, so restoring it is one ``advance``. The buffer's state is
+its items' keys in slot order (plan positions for a buffer next to the source); on resume the
+items are read again by position.
 
 ``take(n)`` / ``skip(n)`` count per rank, like HF on a split dataset: a rank's DataLoader
 workers (or threads) share its ``n`` evenly.
@@ -30,7 +32,10 @@ _DRAWS = 1024
 
 
 def reader_seed(seed: int, ctx: ReaderContext, purpose: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence([int(seed) & ((1 << 63) - 1), purpose, ctx.generation, ctx.reader])
+    """The seed of a reader's random stream for ``purpose``: a function of the seed, the resume generation,
+    the reader and the epoch alone (epoch 0 keeps the stream it had before epochs entered it)."""
+    words = [int(seed) & ((1 << 63) - 1), purpose, ctx.generation, ctx.reader]
+    return np.random.SeedSequence(words + [ctx.epoch] if ctx.epoch else words)
 
 
 class ShuffleStage(Stage):

@@ -61,7 +61,7 @@ class PassSetup:
 
     def context(self, reader: int) -> ReaderContext:
         return ReaderContext(reader=reader, readers=self.readers, generation=self.generation,
-                             rank=reader // max(self.readers // self.ranks, 1), ranks=self.ranks)
+                             rank=reader // max(self.readers // self.ranks, 1), ranks=self.ranks, epoch=self.epoch)
 
     def fresh_state(self, reader: int, nstages: int) -> dict:
         return {"frontier": self.grid.first(reader), "stages": [{} for _ in range(nstages)], "pending": []}

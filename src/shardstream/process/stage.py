@@ -20,8 +20,8 @@ items from the one before it (``self.source``). Keys say where an item came from
   fingerprint: a state is refused when the chain changed, and processed data cached
   on disk is reused only by the same chain.
 
-Every stage knows its reader (``ctx``: the reader index, the readers' count and the
-resume generation) so that random choices are a function of them and the seed alone.
+Every stage knows its reader (``ctx``: the reader index, the readers' count, the resume
+generation and the epoch) so that random choices are a function of them and the seed alone.
 
 Loader stats: a stage that does work of its own times it only when ``record.ON`` (one
 attribute test otherwise), once per group of items where it can, never counting the
@@ -41,13 +41,14 @@ from ..stats import record
 @dataclass(frozen=True)
 class ReaderContext:
     """Which reader runs a chain: ``reader`` of ``readers``, in resume ``generation`` (it grows by one
-    each time a checkpoint resumes on another number of readers)."""
+    each time a checkpoint resumes on another number of readers), in ``epoch``."""
 
     reader: int = 0
     readers: int = 1
     generation: int = 0
     rank: int = 0
     ranks: int = 1
+    epoch: int = 0
 
 
 class Stage(Node):

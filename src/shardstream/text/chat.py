@@ -20,6 +20,7 @@ import numpy as np
 import xxhash
 
 from ..errors import ChatTemplateError, InvalidArgumentError, InvalidRowError
+from .sandbox import TemplateLimits
 from .template import Renderer
 from .tokenize import check_max_length, column_of, too_long
 from .tokenizers import TokenizerAdapter, as_tokenizer
@@ -63,6 +64,8 @@ class ChatTemplateTransform:
     - ``max_length``: with ``truncation=True`` both arrays keep their first ``max_length`` tokens; without, a
       longer conversation raises :class:`~shardstream.errors.SequenceTooLongError`.
     - ``add_generation_prompt``: end with the template's prompt for the assistant's next message.
+    - ``template_limits``: the budget of one rendering (:class:`~.sandbox.TemplateLimits`: loop iterations,
+      characters); a template that passes it raises :class:`~shardstream.errors.ChatTemplateError`.
 
     Takes a row (``messages_field`` holds a list of messages) and returns a row, or a batch (it holds a
     list of such lists) and returns a batch; ``messages_field`` is left out of what it returns, the other
@@ -71,7 +74,8 @@ class ChatTemplateTransform:
 
     def __init__(self, tokenizer: Any, messages_field: str = "messages", chat_template: Optional[str] = None,
                  add_generation_prompt: bool = False, tokenize: bool = True, max_length: Optional[int] = None,
-                 truncation: bool = False, mask: Any = "assistant") -> None:
+                 truncation: bool = False, mask: Any = "assistant",
+                 template_limits: Optional[TemplateLimits] = None) -> None:
         self.tokenizer: TokenizerAdapter = as_tokenizer(tokenizer)
         if not isinstance(messages_field, str) or not messages_field:
             raise InvalidArgumentError(f"messages_field={messages_field!r} must be a column name (a non-empty str)")
@@ -88,7 +92,11 @@ class ChatTemplateTransform:
         self.add_generation_prompt, self.tokenize = bool(add_generation_prompt), bool(tokenize)
         self.max_length = None if max_length is None else int(max_length)
         self.truncation, self.mask = bool(truncation), _roles(mask)
-        self.renderer = Renderer(template, self.tokenizer.template_variables(), self.tokenizer.special_tokens)
+        if template_limits is not None and not isinstance(template_limits, TemplateLimits):
+            raise InvalidArgumentError(f"template_limits={template_limits!r} must be a shardstream.text.TemplateLimits "
+                                       "(or None: the defaults)")
+        self.renderer = Renderer(template, self.tokenizer.template_variables(), self.tokenizer.special_tokens,
+                                 template_limits)
 
     # -- rows and batches -----------------------------------------------------------------------
     def __call__(self, batch: Mapping) -> dict:

@@ -4,7 +4,9 @@ messages a model learns from (for the loss mask of :class:`~.chat.ChatTemplateTr
 Templates run in Jinja's immutable sandbox with the settings and helpers of ``transformers``'
 ``apply_chat_template`` (``trim_blocks``, ``lstrip_blocks``, loop controls, ``raise_exception``,
 ``strftime_now``, a ``tojson`` that keeps non-ASCII text, and ``{% generation %}`` blocks, rendered as their
-body), so a template written for ``transformers`` renders the same text here.
+body), so a template written for ``transformers`` renders the same text here. A rendering has a budget of
+loop iterations and characters (:mod:`.sandbox`): a hostile template is refused, quickly, with a
+:class:`~shardstream.errors.ChatTemplateError` naming the limit.
 
 Where the learned messages are (:func:`learned_spans`): the conversation is rendered a second time with
 each learned message's content between two marker characters (from Unicode's private use planes); the
@@ -25,6 +27,8 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from ..errors import ChatTemplateError, require
+from . import sandbox
+from .sandbox import TemplateLimits
 
 OPEN, CLOSE = "\U0010fff0", "\U0010fff1"
 _MARKERS = re.compile(f"([{OPEN}{CLOSE}])")
@@ -36,10 +40,12 @@ def _jinja():
 
 @functools.lru_cache(maxsize=32)
 def compile_template(source: str) -> Any:
-    """The compiled template of ``source`` (cached per process; compiled templates are not pickled)."""
+    """The compiled template of ``source`` (cached per process; compiled templates are not pickled), in the
+    sandbox with the budget of :mod:`.sandbox`."""
     jinja2 = _jinja()
     from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from .jinjaenv import BoundedEnvironment
 
     class Generation(Extension):  # transformers' assistant-tracking tag: here, its body as it is
         tags = {"generation"}
@@ -54,12 +60,12 @@ def compile_template(source: str) -> Any:
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
-    env.filters["tojson"] = tojson
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = env.guard_filter("tojson", tojson)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        return env.from_string(source)
+        return env.compile_bounded(source)
     except jinja2.exceptions.TemplateSyntaxError as exc:
         raise ChatTemplateError(f"the chat template does not compile: {exc.message} (line {exc.lineno}); "
                                 "fix the template given as chat_template=") from exc
@@ -68,23 +74,35 @@ def compile_template(source: str) -> Any:
 class Renderer:
     """Renders conversations with one template and the tokenizer's special-token variables."""
 
-    def __init__(self, source: str, variables: dict, special_tokens: Sequence[str]) -> None:
+    def __init__(self, source: str, variables: dict, special_tokens: Sequence[str],
+                 limits: Optional[TemplateLimits] = None) -> None:
         self.source, self.variables = source, dict(variables)
+        self.limits = TemplateLimits() if limits is None else limits
         compile_template(source)  # fails now on a template that does not compile
         self._end = re.compile(r"\s*(?:" + "|".join(map(re.escape, special_tokens)) + ")") if special_tokens \
             else None
 
     def render(self, messages: list, add_generation_prompt: bool = False, where: str = "the conversation") -> str:
         jinja2 = _jinja()
+        token = sandbox.start(self.limits)
         try:
-            return compile_template(self.source).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                        **self.variables)
+            pieces = compile_template(self.source).generate(messages=messages,
+                                                            add_generation_prompt=add_generation_prompt,
+                                                            **self.variables)
+            return _joined(pieces, self.limits.max_chars)
+        except sandbox.LimitExceeded as exc:
+            raise ChatTemplateError(f"the chat template {exc} (on {where}); a template that needs more than "
+                                    "its limits is most likely hostile or broken: check it") from None
+        except RecursionError:
+            raise ChatTemplateError(f"the chat template recurses too deeply on {where}; fix the template") from None
         except jinja2.exceptions.TemplateError as exc:
             raise ChatTemplateError(f"the chat template fails on {where}: {exc}; fix the conversation or give "
                                     "another chat_template=") from exc
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ChatTemplateError(f"the chat template fails on {where}: {type(exc).__name__}: {exc}; check its "
                                     "messages ({'role': str, 'content': str}) or give another chat_template=") from exc
+        finally:
+            sandbox.end(token)
 
     def learned_spans(self, messages: list, learned: Sequence[int], add_generation_prompt: bool,
                       where: str) -> tuple[str, list[tuple[int, int]]]:
@@ -155,6 +173,17 @@ class Renderer:
         """``end`` moved past whitespace and the special token right after it, if there is one."""
         found = self._end.match(text, end) if self._end is not None else None
         return found.end() if found else end
+
+
+def _joined(pieces, cap: int) -> str:
+    """The rendered pieces joined, refused as soon as they pass ``cap`` characters."""
+    out, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        if total > cap:
+            sandbox.too_long(cap)
+        out.append(piece)
+    return "".join(out)
 
 
 def _common_prefix(a: str, b: str) -> int:
