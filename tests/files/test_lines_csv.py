@@ -31,9 +31,9 @@ def record(i: int) -> list:
     return [i, name, i / 8, ["true", "false"][i % 2], f"2024-01-{i % 28 + 1:02d}"]
 
 
-def csv_bytes(records, delimiter: str = ",", terminator: str = "\n", header=HEADER) -> bytes:
+def csv_bytes(records, delimiter: str = ",", terminator: str = "\n", header=HEADER, quoting=csv.QUOTE_MINIMAL) -> bytes:
     buf = io.StringIO()
-    writer = csv.writer(buf, delimiter=delimiter, lineterminator=terminator)
+    writer = csv.writer(buf, delimiter=delimiter, lineterminator=terminator, quoting=quoting)
     writer.writerow(header)
     writer.writerows(records)
     return buf.getvalue().encode()
@@ -171,3 +171,48 @@ def test_read_through_the_cache(tmp_path, small_pieces):
     ds = StreamingDataset(remote=f"file://{d}", local=cache)
     assert list(ds) == [want(i) for i in range(40)]
     assert any(n.endswith(".piece") for n in os.listdir(cache)) and "b.csv.plain" in os.listdir(cache)
+
+
+def _record_stops(chunks: list[bytes]) -> list[int]:
+    """Where the records of ``chunks`` (a file cut into blocks) end, in the whole file."""
+    return [offset + int(s) for offset, _, stops in lineindex.units(iter(chunks), lineindex.RecordEnds())
+            for s in stops]
+
+
+def test_a_lone_carriage_return_ends_a_record_wherever_the_blocks_are_cut():
+    data = b'a,b\r1,"x\ry"\r\r2,"p\r\nq"\r\n3,z\n4,"w\r"\r5,v'
+    whole = lineindex.unit_stops(np.frombuffer(data, np.uint8), lineindex.RecordEnds()).tolist()
+    assert [data[a:b] for a, b in zip([0] + whole, whole)] == [
+        b"a,b\r", b'1,"x\ry"\r', b"\r", b'2,"p\r\nq"\r\n', b"3,z\n", b'4,"w\r"\r', b"5,v"]
+    for size in range(1, 8):
+        assert _record_stops([data[k:k + size] for k in range(0, len(data), size)]) == whole
+    for cut in range(1, len(data)):
+        assert _record_stops([data[:cut], data[cut:]]) == whole
+    assert lineindex.count_lines(np.frombuffer(data, np.uint8)) == 9  # as Python's universal newlines
+    assert len(data.decode().splitlines()) == 10  # ... and the last line, which has no ending
+
+
+def test_records_ending_with_a_lone_carriage_return_are_read_exactly(tmp_path, small_pieces):
+    d = tmp_path / "d"
+    mac = lambda n: csv_bytes([record(i) for i in range(n)], terminator="\r", quoting=csv.QUOTE_ALL)  # noqa: E731
+    old_mac = write(str(d / "a.csv"), mac(60))  # quoted: fields with a newline or a \r\n inside stay one value
+    write(str(d / "b.csv"), csv_bytes([record(i) for i in range(60, 70)]))
+    alone = StreamingDataset(local=old_mac)
+    assert len(alone) == 60 and len(alone.shards) > 3
+    with open(old_mac, "rb") as f:
+        whole = pc.read_csv(f, parse_options=pc.ParseOptions(newlines_in_values=True)).to_pylist()
+    assert list(alone) == whole == [want(i) for i in range(60)]
+    assert list(StreamingDataset(local=str(d))) == [want(i) for i in range(70)]  # beside a file ending lines with \n
+    packed = write(str(tmp_path / "z" / "a.csv.gz"), mac(60), "gzip")
+    assert list(StreamingDataset(local=packed)) == [want(i) for i in range(60)]
+
+
+def test_bad_rows_of_a_file_with_lone_carriage_returns_are_named_by_line(tmp_path, small_pieces):
+    records = [[i, f"n{i}"] for i in range(60)]
+    records[41] = [41]
+    path = write(str(tmp_path / "mac.csv"), csv_bytes(records, terminator="\r", header=["id", "name"]))
+    with pytest.raises(BadRowError, match=r"mac\.csv line 43: it has 1 fields, but the header 2"):
+        list(StreamingDataset(local=path))
+    with pytest.warns(UserWarning, match=r"mac\.csv: 1 row\(s\) .* at line 43: it has 1 fields"):
+        ds = StreamingDataset(local=path, on_bad_rows="skip")
+    assert [s["id"] for s in ds] == [i for i in range(60) if i != 41]
