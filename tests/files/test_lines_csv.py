@@ -216,3 +216,38 @@ def test_bad_rows_of_a_file_with_lone_carriage_returns_are_named_by_line(tmp_pat
     with pytest.warns(UserWarning, match=r"mac\.csv: 1 row\(s\) .* at line 43: it has 1 fields"):
         ds = StreamingDataset(local=path, on_bad_rows="skip")
     assert [s["id"] for s in ds] == [i for i in range(60) if i != 41]
+
+
+def _ids_file(path: str, size: int, text_at: int, text: str = "abc") -> int:
+    """A CSV file of about ``size`` bytes, ids and 1 KiB of padding per record, whose first record starting
+    at or after byte ``text_at`` holds ``text`` as its id; returns that record's line."""
+    pad = "p" * 1000
+    out, done, line, at = [b"id,pad\n"], 7, 1, None
+    while done < size:
+        line += 1
+        value = text if at is None and done >= text_at else str(line)
+        at = line if value == text else at
+        out.append(f"{value},{pad}\n".encode())
+        done += len(out[-1])
+    write(path, b"".join(out))
+    return at
+
+
+@pytest.mark.parametrize("text_at, types", [(csvrows.INFER_BYTES + 1000, ("int64", "string")),
+                                            (csvrows.INFER_BYTES - 3000, ("string", "string"))],
+                         ids=["past-the-window", "within-the-window"])
+def test_column_types_come_from_the_first_8_mib_whatever_the_file_size(tmp_path, text_at, types):
+    lines = {mib: _ids_file(str(tmp_path / f"{mib}.csv"), mib << 20, text_at) for mib in (9, 20)}
+    assert lines[9] == lines[20]
+    for mib in (9, 20):
+        ds = StreamingDataset(local=str(tmp_path / f"{mib}.csv"))
+        assert ds.shards[0].types == types
+        if types[0] == "string":  # the text was in the window: the column holds strings, read as they are
+            assert ds[lines[mib] - 2]["id"] == "abc" and ds[0]["id"] == "2"
+            continue
+        with pytest.raises(BadRowError, match=rf"{mib}\.csv line {lines[mib]}: a value does not convert to its "
+                                              r"column's type \(CSV conversion error to int64: invalid value 'abc'\)"):
+            list(ds)
+        with pytest.warns(UserWarning, match=rf"1 row\(s\) .* at line {lines[mib]}: a value does not convert"):
+            skipping = StreamingDataset(local=str(tmp_path / f"{mib}.csv"), on_bad_rows="skip")
+        assert len(skipping) == len(ds) - 1 and skipped_rows(skipping) == {f"{mib}.csv": 1}

@@ -247,3 +247,20 @@ def test_the_same_rows_with_or_without_orjson(tmp_path, monkeypatch, fast):
     got = list(StreamingDataset(local=path))
     assert got[0] == {"x": 1.5, "big": 1} and np.isnan(got[1]["x"]) and got[1]["big"] == 10 ** 23
     assert type(got[2]["x"]) is float and StreamingDataset(local=path).shards[0].types == ("double", "json")
+
+
+def test_columns_come_from_the_rows_in_the_first_8_mib_whatever_the_file_size(tmp_path):
+    """Rows of 9 KiB: fewer than the first 1,000 rows fit in 8 MiB, so those that do decide the columns,
+    in a 9 MiB file as in a 20 MiB one; a string in an integer column just past them is a bad row in both."""
+    pad = "p" * (9 << 10)
+    for mib in (9, 20):
+        n = (mib << 20) // (len(pad) + 30)
+        with open(tmp_path / f"{mib}.jsonl", "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": i if i != 950 else "abc", "pad": pad}) + "\n")
+        assert 950 * (len(pad) + 30) > lines.jsonvalues.SCHEMA_BYTES
+        ds = StreamingDataset(local=str(tmp_path / f"{mib}.jsonl"))
+        assert ds.shards[0].types == ("int64", "json")
+        with pytest.raises(BadRowError, match=rf"{mib}\.jsonl line 951: column 'id' holds \"abc\" \(a string\), "
+                                              "but an integer in the file's first rows"):
+            list(ds)

@@ -3,9 +3,11 @@
 The first non-empty record is the header: it names the columns. A piece is a byte range of whole
 *records*: a newline inside a quoted field ends no record (found by the parity of the quote
 characters before it, with numpy), so a piece can be parsed on its own. The columns' types are
-inferred once per file, by pyarrow, from the records in its first 8 MiB, then given to
-pyarrow for every piece (``ConvertOptions(column_types=...)``), so all pieces agree; a column
-with no value there is read as strings. The files of one dataset must agree on their columns and
+inferred once per file, by pyarrow, from the records that end within its first
+:data:`INFER_BYTES` (8 MiB; at least its first record), however large the file and however it is
+read, then given to pyarrow for every piece (``ConvertOptions(column_types=...)``), so all pieces
+agree; a column with no value there is read as strings. A value further on that does not convert
+is a bad row, in a file of any size. The files of one dataset must agree on their columns and
 types.
 
 A *bad row* has another number of fields than the header, or a value that does not convert to
@@ -36,7 +38,7 @@ from .textfiles import (TextFormat, bad_row, check_count, first_line, format_ext
                         read_piece, skips, where_of)
 
 MAX_MISFITS = 100  # values that do not convert, skipped in one piece before refusing it
-INFER_BYTES = 8 << 20  # the columns' types are inferred from the records in a file's first this many bytes
+INFER_BYTES = 8 << 20  # the columns' types are inferred from the records that end in a file's first this many bytes
 _ROW = re.compile(r"Row #(\d+)")
 
 
@@ -187,7 +189,7 @@ class CsvFormat(TextFormat):
         sel = _selected(header_names, columns, source.url)
         layout = Layout(len(header_names), sel, None, delimiter)
         lines = count_lines(buf[:cut])
-        table = _parse(buf[cut:].tobytes(), layout, skip, source.url, lines)
+        table = _parse(buf[cut:_window(stops)].tobytes(), layout, skip, source.url, lines)
         types = [_settled(table.schema.field(k).type) for k in range(table.num_columns)]
         layout.types = [arrow_type(t) for t in types]
         kinds = tuple(kind_of(t) for t in layout.types)
@@ -248,6 +250,13 @@ def _parse(data: bytes, layout: Layout, skip: bool, where: str, line: int):
 def _lines_before(data: bytes, offset: int) -> int:
     """The lines that end before byte ``offset`` of ``data`` (the start of a record)."""
     return count_lines(np.frombuffer(data, np.uint8, offset))
+
+
+def _window(stops: np.ndarray) -> int:
+    """Where the records the types are inferred from end (``stops``: the file's first records, the header
+    first): at the last one that ends within :data:`INFER_BYTES`, or at the first after the header."""
+    k = max(int(np.searchsorted(stops, INFER_BYTES, "right")), min(2, len(stops)))
+    return int(stops[k - 1])
 
 
 def _settled(t) -> str:
