@@ -31,9 +31,9 @@ def record(i: int) -> list:
     return [i, name, i / 8, ["true", "false"][i % 2], f"2024-01-{i % 28 + 1:02d}"]
 
 
-def csv_bytes(records, delimiter: str = ",", terminator: str = "\n", header=HEADER) -> bytes:
+def csv_bytes(records, delimiter: str = ",", terminator: str = "\n", header=HEADER, quoting=csv.QUOTE_MINIMAL) -> bytes:
     buf = io.StringIO()
-    writer = csv.writer(buf, delimiter=delimiter, lineterminator=terminator)
+    writer = csv.writer(buf, delimiter=delimiter, lineterminator=terminator, quoting=quoting)
     writer.writerow(header)
     writer.writerows(records)
     return buf.getvalue().encode()
@@ -171,3 +171,83 @@ def test_read_through_the_cache(tmp_path, small_pieces):
     ds = StreamingDataset(remote=f"file://{d}", local=cache)
     assert list(ds) == [want(i) for i in range(40)]
     assert any(n.endswith(".piece") for n in os.listdir(cache)) and "b.csv.plain" in os.listdir(cache)
+
+
+def _record_stops(chunks: list[bytes]) -> list[int]:
+    """Where the records of ``chunks`` (a file cut into blocks) end, in the whole file."""
+    return [offset + int(s) for offset, _, stops in lineindex.units(iter(chunks), lineindex.RecordEnds())
+            for s in stops]
+
+
+def test_a_lone_carriage_return_ends_a_record_wherever_the_blocks_are_cut():
+    data = b'a,b\r1,"x\ry"\r\r2,"p\r\nq"\r\n3,z\n4,"w\r"\r5,v'
+    whole = lineindex.unit_stops(np.frombuffer(data, np.uint8), lineindex.RecordEnds()).tolist()
+    assert [data[a:b] for a, b in zip([0] + whole, whole)] == [
+        b"a,b\r", b'1,"x\ry"\r', b"\r", b'2,"p\r\nq"\r\n', b"3,z\n", b'4,"w\r"\r', b"5,v"]
+    for size in range(1, 8):
+        assert _record_stops([data[k:k + size] for k in range(0, len(data), size)]) == whole
+    for cut in range(1, len(data)):
+        assert _record_stops([data[:cut], data[cut:]]) == whole
+    assert lineindex.count_lines(np.frombuffer(data, np.uint8)) == 9  # as Python's universal newlines
+    assert len(data.decode().splitlines()) == 10  # ... and the last line, which has no ending
+
+
+def test_records_ending_with_a_lone_carriage_return_are_read_exactly(tmp_path, small_pieces):
+    d = tmp_path / "d"
+    mac = lambda n: csv_bytes([record(i) for i in range(n)], terminator="\r", quoting=csv.QUOTE_ALL)  # noqa: E731
+    old_mac = write(str(d / "a.csv"), mac(60))  # quoted: fields with a newline or a \r\n inside stay one value
+    write(str(d / "b.csv"), csv_bytes([record(i) for i in range(60, 70)]))
+    alone = StreamingDataset(local=old_mac)
+    assert len(alone) == 60 and len(alone.shards) > 3
+    with open(old_mac, "rb") as f:
+        whole = pc.read_csv(f, parse_options=pc.ParseOptions(newlines_in_values=True)).to_pylist()
+    assert list(alone) == whole == [want(i) for i in range(60)]
+    assert list(StreamingDataset(local=str(d))) == [want(i) for i in range(70)]  # beside a file ending lines with \n
+    packed = write(str(tmp_path / "z" / "a.csv.gz"), mac(60), "gzip")
+    assert list(StreamingDataset(local=packed)) == [want(i) for i in range(60)]
+
+
+def test_bad_rows_of_a_file_with_lone_carriage_returns_are_named_by_line(tmp_path, small_pieces):
+    records = [[i, f"n{i}"] for i in range(60)]
+    records[41] = [41]
+    path = write(str(tmp_path / "mac.csv"), csv_bytes(records, terminator="\r", header=["id", "name"]))
+    with pytest.raises(BadRowError, match=r"mac\.csv line 43: it has 1 fields, but the header 2"):
+        list(StreamingDataset(local=path))
+    with pytest.warns(UserWarning, match=r"mac\.csv: 1 row\(s\) .* at line 43: it has 1 fields"):
+        ds = StreamingDataset(local=path, on_bad_rows="skip")
+    assert [s["id"] for s in ds] == [i for i in range(60) if i != 41]
+
+
+def _ids_file(path: str, size: int, text_at: int, text: str = "abc") -> int:
+    """A CSV file of about ``size`` bytes, ids and 1 KiB of padding per record, whose first record starting
+    at or after byte ``text_at`` holds ``text`` as its id; returns that record's line."""
+    pad = "p" * 1000
+    out, done, line, at = [b"id,pad\n"], 7, 1, None
+    while done < size:
+        line += 1
+        value = text if at is None and done >= text_at else str(line)
+        at = line if value == text else at
+        out.append(f"{value},{pad}\n".encode())
+        done += len(out[-1])
+    write(path, b"".join(out))
+    return at
+
+
+@pytest.mark.parametrize("text_at, types", [(csvrows.INFER_BYTES + 1000, ("int64", "string")),
+                                            (csvrows.INFER_BYTES - 3000, ("string", "string"))],
+                         ids=["past-the-window", "within-the-window"])
+def test_column_types_come_from_the_first_8_mib_whatever_the_file_size(tmp_path, text_at, types):
+    lines = {mib: _ids_file(str(tmp_path / f"{mib}.csv"), mib << 20, text_at) for mib in (9, 20)}
+    assert lines[9] == lines[20]
+    for mib in (9, 20):
+        ds = StreamingDataset(local=str(tmp_path / f"{mib}.csv"))
+        assert ds.shards[0].types == types
+        if types[0] == "string":  # the text was in the window: the column holds strings, read as they are
+            assert ds[lines[mib] - 2]["id"] == "abc" and ds[0]["id"] == "2"
+            continue
+        with pytest.raises(BadRowError, match=rf"{mib}\.csv line {lines[mib]}: a value does not convert to its "
+                                              r"column's type \(CSV conversion error to int64: invalid value 'abc'\)"):
+            list(ds)
+        with pytest.warns(UserWarning, match=rf"1 row\(s\) .* at line {lines[mib]}: a value does not convert"):
+            skipping = StreamingDataset(local=str(tmp_path / f"{mib}.csv"), on_bad_rows="skip")
+        assert len(skipping) == len(ds) - 1 and skipped_rows(skipping) == {f"{mib}.csv": 1}

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import numpy as np
 import pytest
 
 from shardstream import StreamingDataset
-from shardstream.errors import BadRowError, FileChangedError, InvalidArgumentError, NoFilesError, SchemaMismatchError
+from shardstream.errors import (BadRowError, FileChangedError, InvalidArgumentError, NoFilesError, SchemaMismatchError,
+                               ShardNotFoundError)
 from shardstream.format import lineindex, lines
 from shardstream.format.batch import Ragged, stack_samples
 from shardstream.format.lines import JSONL_FORMAT, skipped_rows
@@ -247,3 +249,77 @@ def test_the_same_rows_with_or_without_orjson(tmp_path, monkeypatch, fast):
     got = list(StreamingDataset(local=path))
     assert got[0] == {"x": 1.5, "big": 1} and np.isnan(got[1]["x"]) and got[1]["big"] == 10 ** 23
     assert type(got[2]["x"]) is float and StreamingDataset(local=path).shards[0].types == ("double", "json")
+
+
+def test_columns_come_from_the_rows_in_the_first_8_mib_whatever_the_file_size(tmp_path):
+    """Rows of 9 KiB: fewer than the first 1,000 rows fit in 8 MiB, so those that do decide the columns,
+    in a 9 MiB file as in a 20 MiB one; a string in an integer column just past them is a bad row in both."""
+    pad = "p" * (9 << 10)
+    for mib in (9, 20):
+        n = (mib << 20) // (len(pad) + 30)
+        with open(tmp_path / f"{mib}.jsonl", "w") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": i if i != 950 else "abc", "pad": pad}) + "\n")
+        assert 950 * (len(pad) + 30) > lines.jsonvalues.SCHEMA_BYTES
+        ds = StreamingDataset(local=str(tmp_path / f"{mib}.jsonl"))
+        assert ds.shards[0].types == ("int64", "json")
+        with pytest.raises(BadRowError, match=rf"{mib}\.jsonl line 951: column 'id' holds \"abc\" \(a string\), "
+                                              "but an integer in the file's first rows"):
+            list(ds)
+
+
+def nested(depth: int) -> str:
+    """JSON text of a value nested ``depth`` levels deep: objects holding lists holding objects ..."""
+    text = "7"
+    for k in range(depth):
+        text = f"[{text}]" if k % 2 else f'{{"a": {text}, "n": [1, 2]}}'
+    return text
+
+
+def unnest(value, depth: int):
+    """The innermost value of :func:`nested`'s, checking each level on the way (lists of numbers are arrays)."""
+    for k in reversed(range(depth)):
+        if k % 2:
+            assert type(value) is list and len(value) == 1
+            value = value[0]
+        else:
+            assert type(value) is dict and np.array_equal(value["n"], [1, 2]) and value["n"].dtype == np.int64
+            value = value["a"]
+    return value
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_values_nested_as_deep_as_the_parser_reads_are_read(tmp_path, monkeypatch, fast):
+    if not fast:
+        monkeypatch.setattr(lines.jsonvalues, "_orjson", None)
+    depths = (500, 1000) if fast else (500,)  # orjson reads 1,024 levels, the standard parser fewer
+    for depth in depths:
+        path = write(str(tmp_path / f"{depth}.jsonl"),
+                     "".join(f'{{"id": {i}, "x": {nested(depth)}}}\n' for i in range(3)).encode())
+        ds = StreamingDataset(local=path, batch_size=3)
+        got = list(ds)
+        assert [s["id"] for s in got] == [0, 1, 2] and all(unnest(s["x"], depth) == 7 for s in got)
+        assert unnest(next(iter(ds.iterate_batches()))["x"][2], depth) == 7
+
+
+def test_a_value_nested_deeper_than_the_parser_reads_is_a_bad_row(tmp_path):
+    path = write(str(tmp_path / "deep.jsonl"), f'{{"x": 1}}\n{{"x": {nested(1500)}}}\n{{"x": 3}}\n'.encode())
+    with pytest.raises(BadRowError, match=r"deep\.jsonl line 2: it is nested deeper than a row may be \(orjson "
+                                          "parses 1,024 levels"):
+        list(StreamingDataset(local=path))
+    with pytest.warns(UserWarning, match="1 row"):
+        assert [s["x"] for s in StreamingDataset(local=path, on_bad_rows="skip")] == [1, 3]
+
+
+def test_a_dangling_symbolic_link_among_the_files_is_refused_naming_it(tmp_path):
+    d = tmp_path / "d"
+    write_jsonl(str(d / "a.jsonl"), rows(3))
+    os.symlink(str(tmp_path / "gone.jsonl"), str(d / "b.jsonl"))
+    for given in (str(d), str(d / "*.jsonl"), [str(d / "a.jsonl"), str(d / "b.jsonl")]):
+        with pytest.raises(ShardNotFoundError, match=re.escape(f"{d / 'b.jsonl'} is a symbolic link to "
+                                                               f"{tmp_path / 'gone.jsonl'}, which does not exist; "
+                                                               "restore its target, or remove the link")):
+            StreamingDataset(local=given)
+    os.remove(d / "b.jsonl")
+    os.symlink(str(d / "a.jsonl"), str(d / "b.jsonl"))  # a link to a file is read as the file
+    assert len(StreamingDataset(local=str(d))) == 6

@@ -66,8 +66,9 @@ def _cached(piece, size):
     return replace(piece, cached=True, file_bytes=size if piece.start < 0 else piece.file_bytes)
 
 
-def check_pieces(pieces, text: bytes, total_rows: int, lines: bool = True) -> None:
-    """Pieces are contiguous, non-empty, start after a line's end, and know their first line."""
+def check_pieces(pieces, text: bytes, total_rows: int, lines: bool = True, universal: bool = False) -> None:
+    """Pieces are contiguous, non-empty, start after a line's end, and know their first line (lines ended by
+    ``\\n``; with ``universal``, as Python's universal newlines end them: ``\\n``, ``\\r\\n`` or a lone ``\\r``)."""
     assert sum(p.samples for p in pieces) == total_rows
     assert all(p.samples > 0 for p in pieces)
     for a, b in zip(pieces, pieces[1:]):
@@ -76,7 +77,9 @@ def check_pieces(pieces, text: bytes, total_rows: int, lines: bool = True) -> No
         if p.start > 0:
             assert text[p.start - 1:p.start] in ((b"\n",) if lines else (b"\n", b"\r"))
             assert text[p.start - 1:p.start + 1] != b"\r\n"  # never between the two bytes of a line end
-            assert first_line(p) == text[:p.start].count(b"\n")
+            before = text[:p.start]
+            ended = len(io.StringIO(before.decode(), newline=None).readlines()) if universal else before.count(b"\n")
+            assert first_line(p) == ended
 
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40) | st.text("ab\n\r\",  ", max_size=300)
@@ -131,11 +134,11 @@ cells = st.text("ab,\n\r\" x1", max_size=12)
 
 @SETTINGS
 @given(table=st.lists(st.tuples(cells, st.integers(-99, 99), cells), max_size=25), sz=sizes,
-       crlf=st.booleans())
-def test_csv_records_over_any_boundaries(table, sz, crlf):
+       terminator=st.sampled_from(["\n", "\r\n", "\r"]))
+def test_csv_records_over_any_boundaries(table, sz, terminator):
     pytest.importorskip("pyarrow")
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\r\n" if crlf else "\n", quoting=csv.QUOTE_NONNUMERIC)
+    writer = csv.writer(buf, lineterminator=terminator, quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow(["a", "n", "b"])
     writer.writerows(table)
     data = buf.getvalue().encode()
@@ -149,7 +152,7 @@ def test_csv_records_over_any_boundaries(table, sz, crlf):
         whole = pc.read_csv(io.BytesIO(data), parse_options=pc.ParseOptions(newlines_in_values=True),
                             convert_options=pc.ConvertOptions(column_types=types))
         assert got == whole.to_pylist() and pieces[0].types[1] == "int64"
-    check_pieces(pieces, data, len(table))
+    check_pieces(pieces, data, len(table), lines=False, universal=True)
 
 
 def test_a_line_longer_than_a_block_and_a_piece(tmp_path):

@@ -13,14 +13,13 @@ an input that changed or disappeared, or other settings, are refused (``overwrit
 
 from __future__ import annotations
 
-import base64
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import ConvertMismatchError
-from ..format.arrowrows import pyarrow
 from .inputs import InputFile, Inputs
+from .schematext import schema_text
 from ..writing.parts import part_name
 
 MANIFEST_VERSION = 1
@@ -84,15 +83,6 @@ def _row_group_runs(groups: list[tuple[int, int]], file_size: int) -> list[tuple
     if lo < len(groups) or not runs:
         runs.append((lo, len(groups)))
     return runs
-
-
-def schema_text(schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-
-
-def schema_of(text: str):
-    pa = pyarrow()
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 def new_manifest(settings: dict, inputs: Inputs, schema, parts: list[Part]) -> dict:

@@ -17,6 +17,7 @@ from ..errors import CorruptShardError, InvalidArgumentError, SchemaMismatchErro
 from ..format.arrowrows import pyarrow
 from ..format.files import codec_of, plain_name
 from ..storage.fs import filesystem, is_remote
+from .badlines import json_lines_error
 from .inputs import InputFile
 
 BATCH_ROWS = 8192
@@ -131,13 +132,31 @@ def _json(file: InputFile, storage_options, schema, kind: str):
     parse = pj.ParseOptions(explicit_schema=schema) if schema is not None else pj.ParseOptions()
     with open_stream(file, storage_options) as (stream, raw):
         try:
-            reader = pj.open_json(stream, read_options=pj.ReadOptions(block_size=BLOCK_SIZE, use_threads=False),
-                                  parse_options=parse)
-        except StopIteration:  # an empty file
-            return
-        for batch in reader:
-            yield batch, raw.tell()
-    del pa
+            try:
+                reader = pj.open_json(stream, read_options=pj.ReadOptions(block_size=BLOCK_SIZE, use_threads=False),
+                                      parse_options=parse)
+            except StopIteration:  # an empty file
+                return
+            for batch in reader:
+                yield batch, raw.tell()
+        except pa.ArrowInvalid as exc:  # named by its line, as the streaming reader names it
+            raise json_lines_error(file, numbered_lines(file, storage_options), schema, exc) from None
+
+
+def numbered_lines(file: InputFile, storage_options: Optional[dict]) -> Iterator[tuple[int, bytes]]:
+    """``(number from 1, line)`` of every line of the (decompressed) file, read a block at a time."""
+    number, tail = 0, b""
+    with open_stream(file, storage_options) as (stream, _):
+        while True:
+            block = stream.read(BLOCK_SIZE)
+            if not block:
+                break
+            lines = (tail + block).split(b"\n")
+            tail = lines.pop()
+            for number, line in enumerate(lines, number + 1):
+                yield number, line
+    if tail:
+        yield number + 1, tail
 
 
 def _json_array(file: InputFile, storage_options):

@@ -26,11 +26,12 @@ from ..writing.merge import merge_index
 from .inputs import Inputs, list_inputs
 from .output import MANIFEST, Output, reaching
 from .plan import (check_settings, manifest_parts, new_files, new_manifest, next_number, plan_parts, rebased,
-                   schema_of, settings_of)
+                   settings_of)
 from .pool import run_jobs
 from .progress import Progress
 from .readers import parquet_row_groups, read_batches
 from .schema import arrow_columns, parse_columns
+from .schematext import schema_of
 from .work import convert_part, init_worker
 
 

@@ -19,7 +19,8 @@ from ..errors import ConvertVerifyError
 from ..format.encodings import get_encoding
 from ..loader.dataset import StreamingDataset
 from .output import Output
-from .plan import manifest_parts, schema_of
+from .plan import manifest_parts
+from .schematext import schema_of
 from .readers import read_batches
 from .work import conform, file_of
 

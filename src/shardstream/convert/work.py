@@ -20,9 +20,9 @@ from ..format.arrowrows import pyarrow
 from .batches import ArrowMDSWriter
 from .inputs import InputFile
 from .output import Output, reaching
-from .plan import schema_of
 from .readers import read_batches
 from .schema import check_schema
+from .schematext import schema_of
 
 _QUEUE: Any = None
 REPORT_EVERY = 0.25  # seconds between a worker's progress messages

@@ -3,9 +3,11 @@
 The first non-empty record is the header: it names the columns. A piece is a byte range of whole
 *records*: a newline inside a quoted field ends no record (found by the parity of the quote
 characters before it, with numpy), so a piece can be parsed on its own. The columns' types are
-inferred once per file, by pyarrow, from the records in its first 8 MiB, then given to
-pyarrow for every piece (``ConvertOptions(column_types=...)``), so all pieces agree; a column
-with no value there is read as strings. The files of one dataset must agree on their columns and
+inferred once per file, by pyarrow, from the records that end within its first
+:data:`INFER_BYTES` (8 MiB; at least its first record), however large the file and however it is
+read, then given to pyarrow for every piece (``ConvertOptions(column_types=...)``), so all pieces
+agree; a column with no value there is read as strings. A value further on that does not convert
+is a bad row, in a file of any size. The files of one dataset must agree on their columns and
 types.
 
 A *bad row* has another number of fields than the header, or a value that does not convert to
@@ -13,9 +15,10 @@ its column's type (``abc`` where integers were inferred). ``on_bad_rows="raise"`
 naming its file and line; ``"skip"`` leaves it out and counts it (finding each value that does
 not convert takes one more parse of the rest of its piece: at most :data:`MAX_MISFITS` per piece).
 
-Records end with ``\\n`` or ``\\r\\n``; a lone ``\\r`` (old Mac line endings) is not supported, and a
-quote character inside an unquoted field (``5"10``) upsets the quote parity when the record also
-holds a newline. Either shows as a piece whose rows do not match its count, refused with
+Records end with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac line endings), as pyarrow ends them; the
+lines that errors name are counted the same way (Python's universal newlines). A quote character
+inside an unquoted field (``5"10``) upsets the quote parity when the record also holds a newline:
+that shows as a piece whose rows do not match its count, refused with
 :class:`~shardstream.errors.CorruptShardError`, never as wrong rows.
 """
 
@@ -30,12 +33,12 @@ import numpy as np
 from ..errors import CorruptShardError, InvalidArgumentError
 from .arrowrows import kind_of, pyarrow
 from .files import Piece, RangeSource, plain_name
-from .lineindex import QUOTE, BadUnit, RecordEnds, blocks, head_run, runs_from, unit_stops, units
+from .lineindex import QUOTE, BadUnit, RecordEnds, blocks, count_lines, head_run, runs_from, unit_stops, units
 from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
                         read_piece, skips, where_of)
 
 MAX_MISFITS = 100  # values that do not convert, skipped in one piece before refusing it
-INFER_BYTES = 8 << 20  # the columns' types are inferred from the records in a file's first this many bytes
+INFER_BYTES = 8 << 20  # the columns' types are inferred from the records that end in a file's first this many bytes
 _ROW = re.compile(r"Row #(\d+)")
 
 
@@ -69,9 +72,10 @@ def records(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return stops, stops
     starts = np.concatenate(([0], stops[:-1]))
     size = stops - starts
-    newline = arr[stops - 1] == 10
+    last = arr[stops - 1]
+    newline = last == 10
     crlf = newline & (size >= 2) & (arr[np.maximum(stops - 2, 0)] == 13)
-    keep = (size - newline - crlf) > 0
+    keep = (size - newline - crlf - (last == 13)) > 0
     return starts[keep], stops[keep]
 
 
@@ -184,13 +188,13 @@ class CsvFormat(TextFormat):
         header_names = _header(buf[:cut].tobytes(), delimiter, source.url)
         sel = _selected(header_names, columns, source.url)
         layout = Layout(len(header_names), sel, None, delimiter)
-        lines = int(np.count_nonzero(buf[:cut] == 10))
-        table = _parse(buf[cut:].tobytes(), layout, skip, source.url, lines)
+        lines = count_lines(buf[:cut])
+        table = _parse(buf[cut:_window(stops)].tobytes(), layout, skip, source.url, lines)
         types = [_settled(table.schema.field(k).type) for k in range(table.num_columns)]
         layout.types = [arrow_type(t) for t in types]
         kinds = tuple(kind_of(t) for t in layout.types)
         names = tuple(header_names[i] for i in sel)
-        index = index_file(source, runs_from(head, runs, cut), _counter(layout, skip), cut, lines)
+        index = index_file(source, runs_from(head, runs, cut), _counter(layout, skip), cut, lines, count_lines)
         return make_pieces(source, index, names, tuple(types), kinds, skip, (len(header_names), *sel))
 
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]):
@@ -201,14 +205,14 @@ class CsvFormat(TextFormat):
         if piece.start < 0:  # the whole file: its header first
             starts, stops = records(np.frombuffer(data, np.uint8))
             cut = int(stops[0]) if len(stops) else len(data)
-            line += data.count(b"\n", 0, cut)
+            line += _lines_before(data, cut)
             data = data[cut:]
         n, *sel = (int(i) for i in format_extra(piece))
         layout = Layout(n, sel, [arrow_type(t) for t in piece.types], delimiter_of(piece.file))
         try:
             table, _, _ = decode(data, layout, skips(piece))
         except BadUnit as bad:
-            at = None if bad.offset is None else line + data.count(b"\n", 0, bad.offset) + 1
+            at = None if bad.offset is None else line + _lines_before(data, bad.offset) + 1
             raise bad_row(where_of(path, piece), at, bad.why) from None
         check_count(piece, path, table.num_rows)
         return ParquetRows(table.rename_columns(list(piece.column_names)), piece, path)
@@ -239,8 +243,20 @@ def _parse(data: bytes, layout: Layout, skip: bool, where: str, line: int):
     try:
         return decode(data, layout, skip)[0]
     except BadUnit as bad:
-        at = None if bad.offset is None else line + data.count(b"\n", 0, bad.offset) + 1
+        at = None if bad.offset is None else line + _lines_before(data, bad.offset) + 1
         raise bad_row(where, at, bad.why) from None
+
+
+def _lines_before(data: bytes, offset: int) -> int:
+    """The lines that end before byte ``offset`` of ``data`` (the start of a record)."""
+    return count_lines(np.frombuffer(data, np.uint8, offset))
+
+
+def _window(stops: np.ndarray) -> int:
+    """Where the records the types are inferred from end (``stops``: the file's first records, the header
+    first): at the last one that ends within :data:`INFER_BYTES`, or at the first after the header."""
+    k = max(int(np.searchsorted(stops, INFER_BYTES, "right")), min(2, len(stops)))
+    return int(stops[k - 1])
 
 
 def _settled(t) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+import sys
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Optional
@@ -211,6 +212,10 @@ class JSON(Encoding):
             return json.dumps(value).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise EncodeError(f"encoding 'json': value is not JSON-serialisable ({exc})") from None
+        except RecursionError:
+            raise EncodeError("encoding 'json': the value is nested deeper than Python's json module encodes (about "
+                              f"{sys.getrecursionlimit()} levels, less the calls under way); flatten it, or store it "
+                              "as a JSON string (encoding 'str')") from None
 
     def decode(self, data):
         try:

@@ -71,8 +71,11 @@ def parse(text: Any) -> tuple[Any, Optional[str]]:
             pass
     try:
         return json.loads(bytes(text)), None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
         return None, f"it is not valid JSON ({exc})"
+    except RecursionError:
+        return None, ("it is nested deeper than a row may be (orjson parses 1,024 levels, Python's json module about "
+                      f"{sys.getrecursionlimit()} less the calls under way)")
 
 
 def parse_many(data: bytes, units: np.ndarray) -> tuple[list, dict[int, str]]:
@@ -179,10 +182,17 @@ def fits(kind: tuple, value: Any) -> bool:
 
 def misfit(name: str, kind: tuple, value: Any) -> str:
     want = _KIND_WORDS[_KIND_TYPES[kind[:2]]]
-    shown = json.dumps(value, default=str)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return (f"column {name!r} holds {shown} ({type_name(value)}), but {want} in the file's first rows, which "
+    return (f"column {name!r} holds {shown(value)} ({type_name(value)}), but {want} in the file's first rows, which "
             "decided its type")
+
+
+def shown(value: Any) -> str:
+    """``value`` as JSON, cut to 60 characters, for an error message."""
+    try:
+        text = json.dumps(value, default=str)
+    except RecursionError:
+        return "a value nested too deep to show"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- which rows fit, and their columns -----------------------------------------------------------
@@ -285,20 +295,56 @@ def _lists(name: str, values: list, dtype: np.dtype) -> Column:
 
 
 _NESTED = {list, dict}
+_DEEP = 64  # the nesting levels plain() goes through by recursion; deeper ones by a stack of its own
 
 
-def plain(value: Any) -> Any:
-    """A JSON value as samples give it: lists of numbers as numpy arrays, objects as dicts of such values."""
+def plain(value: Any, depth: int = 0) -> Any:
+    """A JSON value as samples give it: lists of numbers as numpy arrays, objects as dicts of such values.
+    Any depth the parser gives (orjson's 1,024 levels) converts: past :data:`_DEEP` levels without recursion."""
     t = type(value)
     if t is list:
         if value:
-            found = set(map(type, value))
-            if found <= {int, float}:
-                dtype = "<i8" if found == {int} else "<f8"
-                if _in_range(dtype, value, int in found):
-                    return np.array(value, dtype)
-        return [plain(v) for v in value]
+            array = _number_array(value)
+            if array is not None:
+                return array
+        if depth == _DEEP:
+            return _plain_deep(value)
+        return [plain(v, depth + 1) for v in value]
     if t is dict:
         if set(map(type, value.values())) & _NESTED:
-            return {k: plain(v) for k, v in value.items()}
+            if depth == _DEEP:
+                return _plain_deep(value)
+            return {k: plain(v, depth + 1) for k, v in value.items()}
     return value
+
+
+def _number_array(value: list) -> Optional[np.ndarray]:
+    """A non-empty list of numbers as an int64 or float64 array, else None."""
+    found = set(map(type, value))
+    if found <= {int, float}:
+        dtype = "<i8" if found == {int} else "<f8"
+        if _in_range(dtype, value, int in found):
+            return np.array(value, dtype)
+    return None
+
+
+def _plain_deep(value: Any) -> Any:
+    """:func:`plain` of a list or dict, level by level from a stack of what is still to convert."""
+    out = _level(value)
+    todo = [(value, out)]
+    while todo:
+        given, made = todo.pop()
+        for key, v in (enumerate(given) if type(given) is list else given.items()):
+            if type(v) is list or type(v) is dict:
+                made[key] = new = _level(v)
+                if new is not v and type(new) is type(v):  # a copy whose items are still to convert
+                    todo.append((v, new))
+    return out
+
+
+def _level(value: Any) -> Any:
+    """:func:`plain` of one list or dict but for the lists and dicts in it: then a copy, to convert them in."""
+    if type(value) is list:
+        array = _number_array(value) if value else None
+        return array if array is not None else list(value)
+    return dict(value) if set(map(type, value.values())) & _NESTED else value

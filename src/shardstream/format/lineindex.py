@@ -114,21 +114,52 @@ class TextLineEnds:
 
 
 class RecordEnds:
-    """Positions of the newlines that end CSV records: those outside quoted fields, found by the parity of
-    the quote characters before them (carried from one block to the next)."""
+    """Positions of the bytes that end CSV records: a ``\\n`` (also of ``\\r\\n``) or a lone ``\\r`` (old Mac line
+    endings) outside quoted fields, found by the parity of the quote characters before them (carried from
+    one block to the next). A ``\\r`` ending a block is decided by the next one; ``-1`` then stands for it."""
 
     def __init__(self, quote: int = QUOTE) -> None:
         self.quote = quote
         self.odd = 0
+        self.cr_last = False
 
     def __call__(self, arr: np.ndarray) -> np.ndarray:
-        newlines = np.flatnonzero(arr == NEWLINE)
+        if not len(arr):
+            return np.flatnonzero(arr)
+        ends = _line_breaks(arr)
+        carried = self.cr_last and arr[0] != NEWLINE  # the last block's \r ended a record
         quotes = np.flatnonzero(arr == self.quote)
-        if not len(quotes):
-            return newlines[:0] if self.odd else newlines
-        before = np.searchsorted(quotes, newlines) + self.odd
-        self.odd = (self.odd + len(quotes)) & 1
-        return newlines[(before & 1) == 0]
+        if len(quotes):
+            ends = ends[((np.searchsorted(quotes, ends) + self.odd) & 1) == 0]
+            self.odd = (self.odd + len(quotes)) & 1
+        elif self.odd:
+            ends = ends[:0]
+        self.cr_last = arr[-1] == RETURN and not self.odd
+        return np.concatenate(([-1], ends)) if carried else ends
+
+
+def _line_breaks(arr: np.ndarray) -> np.ndarray:
+    """Positions of the ``\\n`` of ``arr`` and of its ``\\r`` followed by another byte (a last ``\\r`` is not)."""
+    newlines = np.flatnonzero(arr == NEWLINE)
+    returns = np.flatnonzero(arr[:-1] == RETURN)
+    if not len(returns):
+        return newlines
+    lone = returns[arr[returns + 1] != NEWLINE]
+    return np.union1d(newlines, lone) if len(lone) else newlines
+
+
+def count_lines(arr: np.ndarray) -> int:
+    """The lines ``arr`` ends, as Python's universal newlines count them: each ``\\n``, ``\\r\\n`` or lone
+    ``\\r`` (a last ``\\r`` too)."""
+    lines = int(np.count_nonzero(arr == NEWLINE))
+    if len(arr) and RETURN in arr:
+        lines += int(np.count_nonzero((arr[:-1] == RETURN) & (arr[1:] != NEWLINE))) + int(arr[-1] == RETURN)
+    return lines
+
+
+def count_newlines(arr: np.ndarray) -> int:
+    """The ``\\n`` bytes of ``arr``: the lines it ends, as JSON Lines counts them."""
+    return int(np.count_nonzero(arr == NEWLINE))
 
 
 def unit_stops(arr: np.ndarray, ends: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -197,8 +228,8 @@ class Index:
 class _Cutter:
     """The state of :func:`cut_pieces` between runs."""
 
-    def __init__(self, count: Counter, start: int, line: int) -> None:
-        self.count = count
+    def __init__(self, count: Counter, start: int, line: int, lines: Callable[[np.ndarray], int]) -> None:
+        self.count, self.count_lines = count, lines
         self.cuts: list[Cut] = []
         self.start = self.end = start
         self.line = self.lines = line  # the current piece's first line; lines seen before self.end
@@ -221,12 +252,12 @@ class _Cutter:
         self.rows += rows
         self.skipped += bad
         self.bad_total += bad
-        self.lines += int(np.count_nonzero(seg == NEWLINE))
+        self.lines += self.count_lines(seg)
         self.end = offset + hi
 
     def line_at(self, seg: np.ndarray, offset: int) -> int:
         """The 1-based line of byte ``offset`` of ``seg``, the run being counted."""
-        return self.lines + int(np.count_nonzero(seg[:offset] == NEWLINE)) + 1
+        return self.lines + self.count_lines(seg[:offset]) + 1
 
     def close(self) -> bool:
         """End the current piece here if it has rows (else it goes on); whether it ended."""
@@ -244,11 +275,13 @@ class _Cutter:
 
 
 def cut_pieces(runs: Iterator[Units], count: Counter, piece_bytes: Optional[int], start: int = 0,
-               line: int = 0) -> Index:
+               line: int = 0, lines: Callable[[np.ndarray], int] = count_newlines) -> Index:
     """Cut the units of ``runs`` (from byte ``start``, line ``line`` on) into pieces of about ``piece_bytes``
     (None: one piece), counting each piece's rows with ``count`` (called on runs of whole units; see
-    :data:`Counter`). A piece without rows is never made: its units join the next piece (or the last one)."""
-    cutter = _Cutter(count, start, line)
+    :data:`Counter`) and its lines with ``lines`` (newlines; :func:`count_lines` for a format whose lines may
+    end with a lone ``\\r``). A piece without rows is never made: its units join the next piece (or the last
+    one)."""
+    cutter = _Cutter(count, start, line, lines)
     for offset, buf, stops in runs:
         lo = 0
         while lo < len(buf):

@@ -87,10 +87,13 @@ class JsonLinesFormat(TextFormat):
 
 
 def _window_rows(source: RangeSource, run: Any, skip: bool, want: int) -> list:
-    """The first ``want`` rows of a run that are JSON objects (the file's columns come from them)."""
+    """The first ``want`` rows of a run (the file's first, from byte 0) that are JSON objects, of those that
+    end within its first :data:`~.jsonvalues.SCHEMA_BYTES` (at least one): the file's columns come from
+    them, whatever the file's size."""
     _, buf, stops = run
-    starts, _, units_ = row_lines(buf, stops)
-    values, invalid = parse_many(buf.tobytes(), units_[:want])
+    starts, ends, units_ = row_lines(buf, stops)
+    within = max(int(np.searchsorted(ends, jsonvalues.SCHEMA_BYTES, "right")), 1)
+    values, invalid = parse_many(buf.tobytes(), units_[:min(want, within)])
     for k, v in enumerate(values):
         why = invalid.get(k) or (None if type(v) is dict else f"it is {jsonvalues.type_name(v)}, not a JSON object")
         if why is not None and not skip:

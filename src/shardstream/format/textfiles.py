@@ -87,11 +87,13 @@ def make_pieces(source: RangeSource, index: Index, names: tuple, types: tuple, k
     return pieces
 
 
-def index_file(source: RangeSource, runs: Iterable[Units], count: Any, start: int = 0, line: int = 0) -> Index:
-    """Cut a file into pieces (a compressed one into one), warning about the bad rows skipped."""
+def index_file(source: RangeSource, runs: Iterable[Units], count: Any, start: int = 0, line: int = 0,
+               lines: Any = lineindex.count_newlines) -> Index:
+    """Cut a file into pieces (a compressed one into one), warning about the bad rows skipped; ``lines``
+    counts the lines of some bytes (see :func:`~.lineindex.cut_pieces`)."""
     piece_bytes = None if codec_of(source.name) else lineindex.PIECE_BYTES
     try:
-        index = cut_pieces(iter(runs), count, piece_bytes, start, line)
+        index = cut_pieces(iter(runs), count, piece_bytes, start, line, lines)
     except BadUnit as bad:
         raise bad_row(source.url, bad.line, bad.why) from None
     if index.skipped:

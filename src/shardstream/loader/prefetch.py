@@ -72,12 +72,13 @@ class Prefetcher:
     def _submit(self, shard: int) -> Future:
         """A future pin of ``shard``. A shard this process already holds costs a reference count;
         one whose pin is still under way waits for it instead of tying up another download thread,
-        so the threads download different shards in parallel."""
+        so the threads download different shards in parallel. Every waiter waits on that one pin (never
+        on another waiter): however many chunks ask for a shard while it is prepared, its completion
+        runs their callbacks one after the other, not nested one inside the next."""
         pending = self._inflight.get(shard)
         if pending is not None and not pending.done():
             out: Future = Future()
             pending.add_done_callback(lambda first: self._chain(first, shard, out))
-            self._inflight[shard] = out
             return out
         out = Future()
         if self.cache.add_ref(shard):

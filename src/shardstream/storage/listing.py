@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ..errors import DownloadError, InvalidArgumentError, NoFilesError
+from ..errors import DownloadError, InvalidArgumentError, NoFilesError, ShardNotFoundError
 from ..format.decompress import open_decompressed
 from ..format.files import SourceFile, codec_of, local_version, plain_name
 from .failures import label, permanent, summary
@@ -98,6 +98,8 @@ def _expand(fs, entry: str, local: bool, suffixes: Sequence[str], split: Optiona
     try:
         info = fs.info(path)
     except FileNotFoundError:
+        if local and os.path.islink(path):
+            raise _dangling(path) from None
         raise NoFilesError(f"{entry!r} does not exist; check the path (and storage_options for a remote)") from None
     if info.get("type") != "directory":
         return [(path, info)]
@@ -126,8 +128,18 @@ def _is_data(path: str, top: str, suffixes: Sequence[str], split: Optional[str])
 
 def _version(path: str, info: dict, local: bool) -> str:
     if local:
-        return local_version(os.stat(path))
+        try:
+            return local_version(os.stat(path))
+        except FileNotFoundError:
+            if os.path.islink(path):
+                raise _dangling(path) from None
+            raise ShardNotFoundError(f"{path} was listed, then disappeared; open the dataset again") from None
     return version_of(info)
+
+
+def _dangling(path: str) -> ShardNotFoundError:
+    return ShardNotFoundError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist; restore its "
+                              "target, or remove the link (or leave it out of the paths given)")
 
 
 def version_of(info: dict) -> str:
