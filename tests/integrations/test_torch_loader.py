@@ -414,6 +414,36 @@ def test_state_of_a_resumed_pass_counts_from_the_resume_point(plain):
     assert first + second + run_epoch(other) == full
 
 
+@pytest.mark.parametrize("batch_decode", [None, False])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_inside_a_step_resumes_there_through_the_loader(plain, batch_decode, workers):
+    """A per-sample loop saves after 4*BS + 1 samples; the loader reads the rest of that step as its first,
+    short batch, then whole steps: the epoch is the uninterrupted one, and so is one resumed from its state."""
+    full = reference(plain, 2)
+    ds = make(plain)
+    it = ds.iterate(World())
+    before = [next(it)["id"] for _ in range(4 * BS + 1)]
+    state = ds.state_dict()
+    kw = {"multiprocessing_context": "fork"} if workers else {}
+    loader = StreamingDataLoader(make(plain), batch_size=BS, num_workers=workers, batch_decode=batch_decode,
+                                 drop_last=True, **kw)  # the short first batch is not a short last one
+    loader.load_state_dict(state)
+    assert len(loader) == len(full[0]) // BS - 4
+    sizes, got = [], []
+    for j, batch in enumerate(loader):
+        sizes.append(len(ids(batch)))
+        got.extend(ids(batch))
+        if j == 2:
+            mid = loader.state_dict()
+    assert sizes == [BS - 1] + [BS] * (len(full[0]) // BS - 5)
+    assert before + got == full[0]
+    assert mid["sample_in_epoch"] == 7 * BS  # the end of the third step read
+    other = StreamingDataLoader(make(plain), batch_size=BS, num_workers=workers, batch_decode=batch_decode, **kw)
+    other.load_state_dict(mid)
+    assert before + got[:2 * BS + BS - 1] + run_epoch(other) == full[0]
+    assert run_epoch(other) == full[1]
+
+
 def test_state_at_the_end_of_an_epoch_resumes_at_the_next(plain):
     loader = StreamingDataLoader(make(plain), batch_size=BS, num_workers=2, multiprocessing_context="fork")
     ref = reference(plain, 2)

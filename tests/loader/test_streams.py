@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pickle
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -1009,17 +1010,26 @@ def test_absolute_weights_report_constant_weights(paths):
 
 
 @pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])
-def test_a_state_inside_a_unit_resumes_at_the_units_start(paths, method):
-    def make():
+def test_a_state_inside_a_unit_resumes_there_on_the_same_batch(paths, method):
+    def make(ranks=1):
         return StreamingDataset(streams=_streams(paths, {"proportion": 1}, {"proportion": 1}), batch_size=10,
-                                batching_method=method, shuffle=True)
+                                batching_method=method, shuffle=True, world=World(ranks_per_node=ranks))
 
     want = [(s["src"], s["id"]) for s in make()]
     ds = make()
     ds.load_state_dict(make().state_dict(num_samples=45))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is read again
+        got = [(s["src"], s["id"]) for s in ds]
+    assert want[:45] + got == want
+    if method != "device_per_stream":
+        return
+    # another global batch with the same device batch (two ranks) opens a new plan at a unit's start
+    ds = make(2)
+    ds.load_state_dict(make().state_dict(num_samples=45))
     with pytest.warns(UserWarning, match="5 samples into a unit of 10"):
         got = [(s["src"], s["id"]) for s in ds]
-    assert got == want[40:]
+    assert got[:10] == want[40:50]
 
 
 @pytest.mark.parametrize("method", ["stratified", "per_stream", "device_per_stream"])

@@ -142,8 +142,18 @@ def test_world_start_and_batch_checks(grid_epoch):
     ep = grid_epoch
     world = World(num_nodes=2, ranks_per_node=2, node=1, local_rank=1, num_workers=3, worker=2)
     assert list(ep.worker_steps(world, start=5 * 64)) == list(range(7, ep.steps, 3))
-    with pytest.raises(InvalidArgumentError, match="step boundary"):
-        ep.worker_steps(world, start=5 * 64 + 1)
+    assert ep.head(world, 5 * 64) is None
+    # inside step 5: worker 0 of each rank reads the rest of its share of it first, then its whole steps
+    first = World(num_nodes=2, ranks_per_node=2, node=1, local_rank=1, num_workers=3, worker=0)
+    assert list(ep.worker_steps(first, start=5 * 64 + 1)) == list(range(5, ep.steps, 3))
+    assert ep.head(first, 5 * 64 + 1).tolist() == list(range(5 * 64 + 48, 5 * 64 + 64))  # rank 3's quarter
+    assert ep.head(world, 5 * 64 + 1) is None and list(ep.worker_steps(world, start=5 * 64 + 1)) == list(
+        range(7, ep.steps, 3))
+    rank0 = World(num_nodes=2, ranks_per_node=2, num_workers=3)
+    assert ep.head(rank0, 5 * 64 + 1).tolist() == list(range(5 * 64 + 1, 5 * 64 + 16))
+    # a rank whose share of the step lies before the start begins with the next step
+    assert ep.head(rank0, 5 * 64 + 16) is None and ep.rank_start(rank0, 5 * 64 + 16) == 6 * 64
+    assert list(ep.worker_steps(rank0, start=5 * 64 + 16)) == list(range(6, ep.steps, 3))
     odd = Plan([30], PlanSpec()).epoch(0, 6)
     for bad in (World(num_nodes=4), World(ranks_per_node=5), World(num_nodes=2, ranks_per_node=2, replication=1)):
         with pytest.raises(InvalidArgumentError, match="global batch") as info:

@@ -1,4 +1,5 @@
-"""Resuming an epoch: on the same global batch the plan continues unchanged for any world;
+"""Resuming an epoch: on the same global batch the plan continues unchanged for any world, from a
+step boundary or from inside a step;
 with another global batch (at any position, mid-step too, and repeatedly) no sample is
 repeated or skipped across the resume points."""
 
@@ -92,6 +93,44 @@ def test_resume_on_a_step_boundary_continues_the_same_plan_for_any_world(algo, t
             assert np.array_equal(got[k * g:], want[k * g:])
 
 
+def _read_from(ep, world, start):
+    """``(positions, ids)`` of what ``world``'s worker reads from ``start`` on, and its steps done as it goes."""
+    head = ep.head(world, start)
+    pos, ids, done = [], [], []
+    for i, (ks, rows) in enumerate(ep.iter_worker(world, start=start)):
+        at = head[None, :] if i == 0 and head is not None else ep.worker_positions(world, ks)
+        assert at.shape == rows.shape
+        for row_pos, row in zip(at, rows):
+            pos.extend(row_pos.tolist())
+            ids.extend(row.tolist())
+            done.append(ep.steps_done(world, start, len(pos)))
+    assert done == list(range(1, len(done) + 1))  # each row is one step wholly read
+    return pos, ids
+
+
+@pytest.mark.parametrize("algo", ["py1e", "py1b", "naive"])
+@pytest.mark.parametrize("tail", STEP_TAILS)
+def test_resume_inside_a_step_continues_the_same_plan_for_any_world(algo, tail):
+    plan = Plan([13, 0, 22, 9, 31], PlanSpec(shuffle=True, algo=algo, seed=4, num_canonical_nodes=3, block_size=7,
+                                             tail=tail))
+    g = 8
+    ep = plan.epoch(1, g)
+    want = ep.sample_ids(np.arange(ep.end))
+    worlds = [(1, 1, 0), (1, 1, 3), (1, 2, 0), (2, 2, 2), (1, 8, 0), (2, 1, 3)]
+    for p in range(ep.end):
+        assert ep.resume(p, g) is ep
+        for num_nodes, ranks_per_node, num_workers in worlds:
+            got = np.full(ep.end, -1, np.int64)
+            for node, rank, worker in itertools.product(range(num_nodes), range(ranks_per_node),
+                                                        range(max(num_workers, 1))):
+                world = World(num_nodes, ranks_per_node, node, rank, num_workers, worker)
+                pos, ids = _read_from(ep, world, p)
+                assert pos == sorted(pos) and all(q >= p for q in pos)
+                assert (got[pos] == -1).all()
+                got[pos] = ids
+            assert (got[:p] == -1).all() and np.array_equal(got[p:], want[p:]), (p, num_nodes, ranks_per_node)
+
+
 # -- another global batch ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("algo", SHUFFLE_ALGOS)
@@ -105,7 +144,7 @@ def test_resume_with_another_global_batch_at_every_position(algo, tail, g1, g2):
     before = ep.sample_ids(np.arange(ep.end))
     for p in range(ep.end + 1):
         new = ep.resume(p, g2)
-        if g2 == g1 and p % g1 == 0:
+        if g2 == g1:  # the same steps: the plan goes on, from inside a step too
             assert new is ep
             continue
         assert new.origin == p and new.global_batch == g2 and new.end - p == new.steps * g2
@@ -181,10 +220,10 @@ def test_resume_of_a_resumed_segment_on_its_own_boundary_continues_it():
     ep = Plan([50, 30], PlanSpec(shuffle=True, num_canonical_nodes=2)).epoch(0, 8)
     new = ep.resume(13, 6)
     assert new.resume(13 + 6 * 3, 6) is new
+    assert new.resume(14, 6) is new  # inside a step of the segment too
     other = new.resume(13 + 6 * 3, 5)
     assert other is not new and other.origin == 31
-    with pytest.raises(InvalidArgumentError, match="step boundary"):
-        new.worker_steps(World(), start=14)
+    assert list(new.worker_steps(World(), start=14)) == list(range(0, new.steps))
 
 
 # -- validation ---------------------------------------------------------------------------------------

@@ -79,8 +79,10 @@ class StepBatches(IterableDataset):
         """With ``drop_last``, a step shorter than the batch (only ``epoch_tail="mosaic"`` makes one)
         crosses as a stamp without a batch: its samples count as consumed, the loop never sees them."""
         size = self.dataset.batch_size
+        kept = bool(it.node.head())  # the rest of a step the pass resumed inside: short, not a last step
         for stamp in it:
-            yield stamp if batch_rows(stamp.item) >= size else TorchStamped(None, stamp.position)
+            yield stamp if kept or batch_rows(stamp.item) >= size else TorchStamped(None, stamp.position)
+            kept = False
 
 
 class SampleBatches(IterableDataset):
@@ -107,19 +109,22 @@ class SampleBatches(IterableDataset):
 
     def _batches(self, node: PlanNode) -> Iterator[TorchStamped]:
         items, bs, collate = node.items(), self.batch_size, self.collate
+        size = node.head() or bs  # a pass resumed inside a step: the rest of it first, then whole steps
         try:
             while True:
-                samples = list(islice(items, bs))
+                samples = list(islice(items, size))
                 if not samples:
                     return
-                if len(samples) < bs and self.drop_last:  # consumed, never seen by the loop
+                short = len(samples) < size
+                if short and self.drop_last:  # consumed, never seen by the loop
                     yield TorchStamped(None, node.position())
                     return
                 with record.timed("collate"):
                     batch = collate(samples)
                 yield TorchStamped(batch, node.position())
-                if len(samples) < bs:
+                if short:
                     return
+                size = bs
         finally:
             node.close()
 

@@ -46,7 +46,8 @@ class Pass:
 
         With one rank and one worker that is exact to the sample. Otherwise it counts this
         worker's whole steps: after its ``c``-th step (global step ``k``), every step up to ``k``
-        has been read by some worker of every rank, so the position is the end of step ``k``.
+        has been read by some worker of every rank, so the position is the end of step ``k``
+        (a step the pass starts inside counts once its share from ``start`` on is read).
         """
         world, plan = self.world, self.plan
         if world.readers == 1 and world.workers == 1:
@@ -54,15 +55,21 @@ class Pass:
         done = plan.steps_done(world, self.start, self.yielded)
         if not done:
             return self.start
-        g = plan.global_batch
-        first = (self.start - plan.origin) // g
-        step = first + world.worker + (done - 1) * world.workers
-        return min(plan.origin + (step + 1) * g, plan.end)
+        step = plan.worker_steps(world, self.start)[done - 1]
+        return min(plan.origin + (step + 1) * plan.global_batch, plan.end)
+
+    def head(self) -> Optional[int]:
+        """Samples this process reads of the step the pass starts inside (the rest of its share), or
+        None (see :meth:`shardstream.plan.partition.StepCut.head`): batches cut by steps make that many their first."""
+        head = self.plan.head(self.world, self.start)
+        return None if head is None else int(head.size)
 
     @property
     def steps(self) -> int:
-        """Global steps from this pass's start to the end of its epoch."""
-        return -(-(self.plan.end - self.start) // self.plan.global_batch)  # a short last step counts
+        """Global steps this rank reads from this pass's start to the end of its epoch (a step the pass
+        starts inside counts when the rank reads some of it)."""
+        start = self.plan.rank_start(self.world, self.start)
+        return -(-(self.plan.end - start) // self.plan.global_batch)  # a short last step counts
 
 
 class EpochCursor:

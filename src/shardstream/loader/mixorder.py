@@ -88,14 +88,15 @@ class MixedOrder(SingleOrder):
         g = self.global_batch(world)
         unit = point.raw.get("mixing_unit")
         device = unit if self.mix.method == "device_per_stream" else self.options.batch_size or 1
-        plan = self.mixture(self.spec(world)).epoch(point.epoch, point.global_batch, device)
         if point.position == 0:  # nothing consumed yet: the epoch starts afresh with this run's batches
             return self.fresh(point.epoch, world)
+        plan = self.mixture(self.spec(world)).epoch(point.epoch, point.global_batch, device, point.origin)
         if point.position >= plan.end:
             return None
         self._check_unit(point, plan, g)
         position = point.position
-        if plan.resume_unit and position % plan.resume_unit:
+        # on the same global batch the pass continues the saved plan, inside a step too
+        if g != plan.global_batch and plan.resume_unit and position % plan.resume_unit:
             position -= position % plan.resume_unit
             warnings.warn(
                 f"the state is {point.position - position} samples into a unit of {plan.resume_unit} "

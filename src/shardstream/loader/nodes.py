@@ -87,6 +87,11 @@ class PlanNode(Node):
         """The global plan position after the items returned so far (None before the pass starts)."""
         return None if self._pass is None else self._pass.position()
 
+    def head(self) -> Optional[int]:
+        """Samples of the step the pass starts inside that this process reads (see
+        :meth:`~.cursor.Pass.head`), or None."""
+        return None if self._pass is None else self._pass.head()
+
     def get_state(self) -> dict:
         if self._pass is None:
             return self.dataset.state_dict()

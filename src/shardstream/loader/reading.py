@@ -164,7 +164,7 @@ class PassReader:
                 finally:
                     for s in extra:
                         table.unpin(s)
-                current.yielded += step
+                current.yielded += hi - lo  # a step resumed in its middle is short
                 yield batch
 
 

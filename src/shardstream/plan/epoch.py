@@ -8,9 +8,11 @@ starting at position 0 and resuming at position 10**9 cost the same.
 
 An epoch plan is a *segment*: positions from ``origin`` on, in steps of the global
 batch ``G``, with every region starting at ``base[c]`` samples in. A fresh epoch is
-one segment from 0. Resuming on the same global batch continues the segment;
-resuming with another global batch opens a new segment at the resume position whose
-base is what each region had supplied by then, so no sample is repeated or skipped.
+one segment from 0. Resuming on the same global batch continues the segment, also
+from a position inside a step (the same steps, the same padding: the resumed epoch is
+the uninterrupted one); resuming with another global batch opens a new segment at the
+resume position whose base is what each region had supplied by then, so no sample is
+repeated or skipped.
 """
 
 from __future__ import annotations
@@ -166,10 +168,12 @@ class EpochPlan(StepCut):
         return self.base + self.schedule.progress(position - self.origin)
 
     def resume(self, position: int, global_batch: int) -> EpochPlan:
-        """The plan that continues this epoch at ``position`` with ``global_batch``."""
+        """The plan that continues this epoch at ``position`` with ``global_batch``: this very plan on the
+        same global batch (a ``position`` inside a step included: the pass reads the rest of that step
+        first, see :meth:`~.partition.StepCut.iter_worker`), else a new segment from ``position``."""
         if not self.origin <= position <= self.end:
             raise InvalidArgumentError(f"position {position} is outside epoch {self.epoch} [{self.origin}, {self.end}]")
         _check_global_batch(global_batch)  # before the shortcut: 1.0 or True equal a batch of 1
-        if global_batch == self.global_batch and (position - self.origin) % global_batch == 0:
+        if global_batch == self.global_batch:
             return self
         return EpochPlan(self.plan, self.epoch, global_batch, position, self.progress(position))

@@ -201,7 +201,7 @@ class MixedEpoch(StepCut):
         """The plan that continues this epoch at ``position`` with ``global_batch``."""
         if not self.origin <= position <= self.end:
             raise InvalidArgumentError(f"position {position} is outside epoch {self.epoch} [{self.origin}, {self.end}]")
-        if global_batch == self.global_batch and (position - self.origin) % global_batch == 0:
+        if global_batch == self.global_batch:  # the same steps, a position inside one included
             return self
         return MixedEpoch(self.mixture, self.epoch, global_batch, self.device_batch_size, position)
 
@@ -213,11 +213,10 @@ class MixedEpoch(StepCut):
     def nbytes(self) -> int:
         return int(sum(p.plan.run.sizes.nbytes + d.unit_size.nbytes for p, d in self._subs.values()))
 
-    def iter_worker(self, world, start: Optional[int] = None, chunk: int = 65536):
-        """As :meth:`StepCut.iter_worker`, in chunks that start at one step and grow: the first
+    def iter_whole(self, world, steps: range, chunk: int = 65536):
+        """As :meth:`StepCut.iter_whole`, in chunks that start at one step and grow: the first
         sample needs only the streams it touches, and with many streams later chunks are larger,
         so each stream's plan is asked for more samples at a time."""
-        steps = self.worker_steps(world, start)
         bs = max(self.device_batch(world), 1)
         most = max(1, chunk * max(1, min(16, self.mixture.num_streams // 32)) // bs)
         i, per = 0, 1

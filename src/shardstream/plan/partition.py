@@ -15,7 +15,11 @@ group has ever supplied (``j = k*a + o'`` at offset ``o'`` of step ``k``) is sam
 
 Ranks take consecutive per-device batches of every global step, in rank order;
 DataLoader workers of a rank take whole steps round-robin, which is the order in
-which a PyTorch DataLoader collects them.
+which a PyTorch DataLoader collects them. A pass that starts inside a step (a state
+saved mid-step, resumed on the same global batch) reads the rest of that step first:
+each rank its share from the start position on (the worker whose turn that step is),
+then whole steps, so the steps, their cut and the padding are the epoch's own; a rank
+whose share of that step lies before the start position begins with the next step.
 """
 
 from __future__ import annotations
@@ -155,15 +159,33 @@ class StepCut:
             )
         return self.global_batch // world.readers
 
-    def worker_steps(self, world: World, start: int | None = None) -> range:
-        """The global steps that ``world``'s worker reads, from global position ``start`` on."""
+    def rank_start(self, world: World, start: int | None = None) -> int:
+        """Where ``world``'s rank begins to read from global position ``start`` on: ``start`` itself, or
+        the next step's first position when ``start`` lies inside a step past the rank's share of it."""
         start = self.origin if start is None else start
-        if (start - self.origin) % self.global_batch:
-            raise InvalidArgumentError(
-                f"start position {start} is not at a global step boundary of this plan; resume it with resume()"
-            )
-        first = (start - self.origin) // self.global_batch
+        offset = (start - self.origin) % self.global_batch
+        if offset and offset >= (world.reader + 1) * self.device_batch(world):
+            return start - offset + self.global_batch
+        return start
+
+    def worker_steps(self, world: World, start: int | None = None) -> range:
+        """The global steps that ``world``'s worker reads from global position ``start`` on; a step that
+        ``start`` interrupts is the first, read from ``start`` on (see :meth:`head`), unless the rank's
+        share of it lies before ``start``."""
+        first = (self.rank_start(world, start) - self.origin) // self.global_batch
         return range(first + world.worker, self.steps, world.workers)
+
+    def head(self, world: World, start: int | None) -> np.ndarray | None:
+        """Global positions of ``world``'s share of the step that ``start`` interrupts, from ``start`` on;
+        None when ``start`` is at a step boundary, the rank's share of that step lies before it, or the
+        step is another worker's."""
+        start = self.rank_start(world, start)
+        first, offset = divmod(start - self.origin, self.global_batch)
+        if not offset or world.worker or first >= self.steps:
+            return None
+        bs = self.device_batch(world)
+        lo = self.origin + first * self.global_batch + world.reader * bs
+        return np.arange(max(lo, start), lo + bs, dtype=np.int64)
 
     def worker_positions(self, world: World, steps) -> np.ndarray:
         """Global positions of ``world``'s share of ``steps`` (shape ``(len(steps), device_batch)``)."""
@@ -173,13 +195,29 @@ class StepCut:
                 + np.arange(bs, dtype=np.int64)[None, :])
 
     def steps_done(self, world: World, start: int, yielded: int) -> int:
-        """How many of the worker's steps from ``start`` on are wholly read after ``yielded`` samples."""
-        return yielded // max(self.device_batch(world), 1)
+        """How many of the worker's steps from ``start`` on are wholly read after ``yielded`` samples
+        (an interrupted first step counts once its share from ``start`` on is read)."""
+        bs = max(self.device_batch(world), 1)
+        head = self.head(world, start)
+        if head is None:
+            return yielded // bs
+        return 0 if yielded < head.size else 1 + (yielded - head.size) // bs
 
     def iter_worker(self, world: World, start: int | None = None,
                     chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(steps, sample_ids)`` chunks of the worker's share, ``sample_ids`` one row per step."""
-        return self.iter_steps(world, self.worker_steps(world, start), chunk)
+        """Yield ``(steps, sample_ids)`` chunks of the worker's share, ``sample_ids`` one row per step; an
+        interrupted first step comes alone, as a row of the rest of its share (see :meth:`head`)."""
+        steps = self.worker_steps(world, start)
+        head = self.head(world, start)
+        if head is not None:
+            yield np.asarray(steps[:1], np.int64), self.sample_ids(head[None, :])
+            steps = steps[1:]
+        yield from self.iter_whole(world, steps, chunk)
+
+    def iter_whole(self, world: World, steps: range,
+                   chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(steps, sample_ids)`` chunks of ``world``'s share of whole ``steps`` (see :meth:`iter_worker`)."""
+        return self.iter_steps(world, steps, chunk)
 
     def iter_steps(self, world: World, steps: range,
                    chunk: int = 65536) -> Iterator[tuple[np.ndarray, np.ndarray]]:

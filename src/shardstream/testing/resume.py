@@ -54,7 +54,11 @@ def sample_key(sample: dict[str, Any]) -> tuple:
 
 def read_world(make: Callable[[int], Any], state: dict | None, global_batch: int,
                world: tuple[int, int, int], key: Callable = sample_key) -> list:
-    """The global order that world ``(nodes, ranks_per_node, workers)`` delivers from ``state``."""
+    """The global order that world ``(nodes, ranks_per_node, workers)`` delivers from ``state``.
+
+    A state saved inside a global step resumes with the rest of that step: each rank's first
+    batch holds its share of it from the saved position on, and a rank whose share was already
+    read begins with the next step (its batches line up with the others' from the end)."""
     nodes, per_node, workers = world
     ranks = nodes * per_node
     if global_batch % ranks:
@@ -68,23 +72,27 @@ def read_world(make: Callable[[int], Any], state: dict | None, global_batch: int
             if state is not None:
                 ds.load_state_dict(state)
             w = World(nodes, per_node, rank // per_node, rank % per_node, workers, worker)
-            streams.append([key(s) for s in ds.iterate(w)])
+            it = ds.iterate(w)  # the pass begins now
+            streams.append(([key(s) for s in it], ds.cursor.current.head() or bs))
         per_rank.append(_round_robin(streams, bs))
+    steps = max((len(r) for r in per_rank), default=0)
     out = []
-    for step in range(max((len(r) for r in per_rank), default=0) // bs):
+    for step in range(steps):
         for r in per_rank:
-            out.extend(r[step * bs:(step + 1) * bs])
+            at = step - (steps - len(r))
+            if at >= 0:
+                out.extend(r[at])
     return out
 
 
-def _round_robin(streams: list[list], bs: int) -> list:
-    """Batches of ``bs`` taken from the workers in turn, as a DataLoader collects them."""
-    batches = [[s[i:i + bs] for i in range(0, len(s), bs)] for s in streams]
+def _round_robin(streams: list[tuple[list, int]], bs: int) -> list[list]:
+    """The batches a DataLoader collects from the workers' ``(samples, first batch size)`` in turn."""
+    batches = [[s[:first]] + [s[i:i + bs] for i in range(first, len(s), bs)] if s else [] for s, first in streams]
     out = []
     for i in range(max((len(b) for b in batches), default=0)):
         for b in batches:
             if i < len(b):
-                out.extend(b[i])
+                out.append(b[i])
     return out
 
 
