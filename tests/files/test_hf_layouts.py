@@ -271,3 +271,37 @@ def test_a_hub_id_reads_through_the_cache(local_hub, tmp_path):
         lambda bs: load_dataset("hf://datasets/user/name", split="train", batch_size=bs, shuffle=True), 8,
         [(1, 1, 0), (1, 2, 0)], steps=[0, 3])
     assert report.samples_compared > 0
+
+
+CARD_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from shardstream import load_dataset
+from shardstream.errors import CorruptIndexError
+try:
+    load_dataset(sys.argv[1], split="train")
+    print("accepted")
+except CorruptIndexError as exc:
+    print("CorruptIndexError", exc)
+"""
+
+
+def test_a_dataset_card_whose_aliases_stand_for_a_billion_values_is_refused(tmp_path):
+    pytest.importorskip("yaml")
+    import subprocess
+    import sys
+
+    root = write_repo(tmp_path / "card", {"data/train-0.parquet": ("train", 0, 3)})
+    levels = ['  k0: &a0 ["data/*", "data/*", "data/*", "data/*", "data/*", "data/*", "data/*", "data/*", '
+              '"data/*", "data/*"]']
+    levels += [f"  k{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    card = "---\nbombs:\n" + "\n".join(levels) + "\nconfigs:\n- config_name: main\n  data_files: *a8\n---\n"
+    (tmp_path / "card" / "README.md").write_text(card)
+    assert len(card) < 1024
+    try:  # limited to 2 GiB and 60 s: an unbounded expansion fails the test, not the machine
+        done = subprocess.run([sys.executable, "-c", CARD_CHILD, root], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading the dataset card ran past the 60 s guard")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("CorruptIndexError") and "more than 100,000 values" in done.stdout, done.stdout
+    assert "README.md" in done.stdout

@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence
 from ..errors import CorruptIndexError, InvalidArgumentError, NoFilesError, SplitNotFoundError, require
 from ..format.files import plain_name
 from ..format.source import SUFFIX_FORMATS
+from ..yamlsafe import load_bounded
 
 DEFAULT = "default"
 SPLIT_KEYWORDS = {
@@ -218,7 +219,7 @@ def front_matter(readme: str) -> Optional[dict]:
         return None
     yaml = require("yaml", "hf", "reading a dataset card's configs")
     try:
-        meta = yaml.safe_load(readme[3:end])
+        meta = load_bounded(yaml, readme[3:end], "the README.md's YAML header", CorruptIndexError, "dataset card")
     except yaml.YAMLError as exc:
         raise CorruptIndexError(f"the README.md's YAML header cannot be parsed ({exc}); fix the dataset card") from None
     return meta if isinstance(meta, dict) else None

@@ -12,6 +12,7 @@ import re
 from typing import Any, Optional, Sequence
 
 from ..errors import ConfigError, require
+from ..yamlsafe import load_bounded
 from .config import PipelineConfig
 
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -44,61 +45,11 @@ def read_yaml(path: str) -> Any:
     return data
 
 
-#: values a YAML text may expand to through its aliases (``&anchor`` / ``*alias``) beyond what it writes out
-MAX_ALIAS_EXPANSION = 100_000
-
-
 def load_yaml(text: str, where: str) -> Any:
-    """The data of the YAML ``text`` (PyYAML's safe loader), refused with a :class:`ConfigError` naming
-    ``where`` when its aliases expand it past :data:`MAX_ALIAS_EXPANSION` values (a "billion laughs": a
-    kilobyte of nested aliases that stands for a billion values) or refer to themselves."""
-    yaml = yaml_module()
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_aliases(node, where)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _check_aliases(root: Any, where: str) -> None:
-    """Refuse a node graph whose aliases expand it past the limit, or make it recursive, in O(its nodes)."""
-    sizes: dict = {}  # id(node) -> values it expands to
-    open_ = set()  # ids of the nodes being expanded (the path from the root)
-    stack, shared = [(root, False)], False
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        kids = _children(node)
-        if done:
-            open_.discard(key)
-            sizes[key] = total = 1 + sum(sizes[id(k)] for k in kids)
-            if shared and total > MAX_ALIAS_EXPANSION:
-                raise ConfigError(f"{where}: its aliases (&anchor / *alias) make it stand for more than "
-                                  f"{MAX_ALIAS_EXPANSION:,} values, which no pipeline configuration needs; write "
-                                  "the values out, or remove the nested aliases")
-            continue
-        if key in sizes:
-            shared = True
-            continue
-        if key in open_:
-            raise ConfigError(f"{where}: an alias (*name) refers to a value that contains it (a recursive YAML "
-                              "structure); a pipeline configuration is a tree: write the value out")
-        open_.add(key)
-        stack.append((node, True))
-        stack.extend((k, False) for k in kids)
-
-
-def _children(node: Any) -> list:
-    value = node.value
-    if isinstance(value, str):
-        return []
-    if value and isinstance(value[0], tuple):  # a mapping: (key, value) pairs
-        return [n for pair in value for n in pair]
-    return list(value)
+    """The data of the YAML ``text`` (PyYAML's safe loader); a text whose aliases expand it past
+    :data:`~shardstream.yamlsafe.MAX_ALIAS_EXPANSION` values or make it recursive is a :class:`ConfigError`
+    naming ``where``."""
+    return load_bounded(yaml_module(), text, where, ConfigError, "pipeline configuration")
 
 
 def config_from_yaml(path: str, overrides: Sequence[str] = ()) -> PipelineConfig:
