@@ -20,9 +20,10 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import CorruptShardError, FileChangedError, ShardstreamError
+from ..errors import FileChangedError, ShardstreamError
 from ..progress import Progress
 from ..units import format_bytes
+from .decompress import damaged
 from .files import RangeSource, codec_of
 
 BLOCK = 8 << 20  # bytes read at once while describing
@@ -79,8 +80,7 @@ def _decompressed(source: RangeSource, codec: str) -> Iterator[bytes]:
             except ShardstreamError:
                 raise
             except Exception as exc:  # each codec has its own error types (gzip: OSError, EOFError; zstd's)
-                raise CorruptShardError(f"{source.url} cannot be read as {codec} ({type(exc).__name__}: {exc}); the "
-                                        "file is damaged or truncated: write it again") from None
+                raise damaged(source.url, codec, exc) from None
             if not block:
                 return
             yield block
