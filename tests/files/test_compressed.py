@@ -1,19 +1,24 @@
 """Compressed text files (``.zst``, ``.gz`` ...): one cut short is refused naming it, alone or beside good
-files."""
+files; one that decompresses past the documented limit is refused with a typed error; blank lines cost no
+memory while a file is described and read; the rows of a piece read in blocks keep their exact lines."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 from shardstream import StreamingDataset
-from shardstream.errors import CorruptShardError
+from shardstream.errors import BadRowError, CorruptShardError, DecompressedSizeError, InvalidArgumentError
 from shardstream.format.zstdframes import TruncatedZstdError, ZstdStream
 
-from .textdata import by_id, jsonl_bytes, rows, write, write_jsonl
+from .textdata import by_id, jsonl_bytes, rows, write
 
 zstandard = pytest.importorskip("zstandard")
 
@@ -108,3 +113,93 @@ def test_a_zstd_stream_is_refused_at_every_cut_but_between_frames(step):
         with pytest.raises((TruncatedZstdError, zstandard.ZstdError)):
             stream.read()
     assert ZstdStream(io.BytesIO(blob)).read() == plain
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "txt"])
+def test_a_compressed_file_past_the_limit_is_refused_when_opened(tmp_path, monkeypatch, kind):
+    """A compressed text file is one piece, read whole: past SHARDSTREAM_MAX_DECOMPRESSED bytes it is refused
+    with a typed error naming it and the ways out; at the limit it is read."""
+    body = {"jsonl": jsonl_bytes(rows(12_000)), "csv": csv_bytes(80_000), "txt": b"a line\n" * 200_000}[kind]
+    assert 1 << 20 < len(body) < 2 << 20
+    path = write(str(tmp_path / f"big.{kind}.zst"), body, codec="zstd")
+    monkeypatch.setenv("SHARDSTREAM_MAX_DECOMPRESSED", "1mb")
+    with pytest.raises(DecompressedSizeError, match=r"big\.\w+\.zst decompresses to more than 1\.0 MiB .*"
+                                                    r"Decompress it.*SHARDSTREAM_MAX_DECOMPRESSED"):
+        StreamingDataset(local=path)
+    monkeypatch.setenv("SHARDSTREAM_MAX_DECOMPRESSED", str(len(body)))
+    assert len(StreamingDataset(local=path)) > 0
+    monkeypatch.setenv("SHARDSTREAM_MAX_DECOMPRESSED", "lots")
+    with pytest.raises(InvalidArgumentError, match="SHARDSTREAM_MAX_DECOMPRESSED='lots'"):
+        StreamingDataset(local=write(str(tmp_path / f"other.{kind}.zst"), body, codec="zstd"))
+
+
+_BOMB = textwrap.dedent("""
+    import os, sys, zstandard
+    from shardstream import StreamingDataset
+
+    path, head, tail, mib = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode(), int(sys.argv[4])
+    with open(path, "wb") as f, zstandard.ZstdCompressor().stream_writer(f) as out:
+        out.write(head)
+        for _ in range(mib):
+            out.write(b"\\n" * (1 << 20))
+        out.write(tail)
+    print(os.path.getsize(path), len(list(StreamingDataset(local=path))))
+    print([int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")][0] << 10)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak RSS from /proc/self/status")
+@pytest.mark.parametrize("kind, head, tail, mib, bound", [
+    ("jsonl", '{"a": 1}\n', '{"a": 2}\n', 96, 1 << 30),
+    ("csv", "a,b\n1,2\n", "3,4\n", 64, 3 << 29),
+])
+def test_blank_lines_of_a_compressed_file_cost_no_memory(tmp_path, kind, head, tail, mib, bound):
+    """A few KiB of zstd holding ~100 MiB of blank lines between two rows: reading them held every line's
+    offsets at once (19 bytes and more per decompressed byte: ~2 GB here); blocks of lines now, so the peak
+    stays far below the size of the decompressed file times a few."""
+    path = str(tmp_path / f"bomb.{kind}.zst")
+    env = {**os.environ, "SHARDSTREAM_CACHE_DIR": str(tmp_path / "cache"), "SHARDSTREAM_PROGRESS": "0"}
+    proc = subprocess.run([sys.executable, "-c", _BOMB, path, head, tail, str(mib)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    size, count, peak = (int(x) for x in proc.stdout.split())
+    assert size < 64 << 10 and count == 2
+    assert peak < bound, f"peak RSS {peak >> 20} MiB reading {mib} MiB of blank lines"
+
+
+def test_rows_of_a_piece_read_in_blocks_keep_their_lines(tmp_path):
+    """Blank stretches longer than a read block, and rows across block ends: a bad row is still named by
+    its exact line, and with on_bad_rows='skip' every other row is read in order."""
+    items, line, bad_line = [], 0, None
+    for i in range(3000):
+        items.append(json.dumps({"id": i, "text": "x" * (i % 300)}))
+        line += 1
+        if i % 700 == 0:
+            items.append("\n" * (1 << 20) + "  \t")  # ~1 MiB of blank lines, then a line of spaces
+            line += (1 << 20) + 1
+        if i == 2900:
+            items.append('{"id": "broken')
+            line += 1
+            bad_line = line
+    path = write(str(tmp_path / "d" / "a.jsonl.zst"), ("\n".join(items) + "\n").encode(), codec="zstd")
+    with pytest.raises(BadRowError, match=rf"a\.jsonl\.zst line {bad_line}: it is not valid JSON"):
+        list(StreamingDataset(local=path))
+    with pytest.warns(UserWarning, match="1 row"):
+        skipped = StreamingDataset(local=path, on_bad_rows="skip")
+    assert by_id(skipped) == list(range(3000))
+
+
+def test_csv_records_of_a_piece_read_in_blocks_keep_their_lines(tmp_path):
+    """The same for CSV, with records that hold newlines; the bad record lies past the first 8 MiB, which
+    describing parses, so the reader of the piece finds it."""
+    lines = ["id,text"] + ["\n" * (9 << 20)]
+    for i in range(4000):
+        lines.append(f'{i},"row {i}\nsecond line"' if i % 3 == 0 else f"{i},row {i}")
+        if i % 900 == 0:
+            lines.append("\n" * (1 << 20))
+    lines.insert(len(lines) - 5, "1,2,3")
+    text = "\n".join(lines) + "\n"
+    bad_line = text[:text.index("\n1,2,3\n")].count("\n") + 2
+    path = write(str(tmp_path / "d" / "a.csv.zst"), text.encode(), codec="zstd")
+    with pytest.raises(BadRowError, match=rf"a\.csv\.zst line {bad_line}: it has 3 fields, but the header 2"):
+        list(StreamingDataset(local=path))

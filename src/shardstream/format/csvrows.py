@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from .arrowrows import kind_of, pyarrow
 from .files import Piece, RangeSource, plain_name
 from .lineindex import QUOTE, BadUnit, RecordEnds, blocks, head_run, runs_from, unit_stops, units
 from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
-                        read_piece, skips, where_of)
+                        piece_chunks, skips, where_of)
 
 MAX_MISFITS = 100  # values that do not convert, skipped in one piece before refusing it
 INFER_BYTES = 8 << 20  # the columns' types are inferred from the records in a file's first this many bytes
@@ -196,22 +196,49 @@ class CsvFormat(TextFormat):
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]):
         from .parquet import ParquetRows
 
-        data = read_piece(path, piece)
-        line = first_line(piece)
-        if piece.start < 0:  # the whole file: its header first
-            starts, stops = records(np.frombuffer(data, np.uint8))
-            cut = int(stops[0]) if len(stops) else len(data)
-            line += data.count(b"\n", 0, cut)
-            data = data[cut:]
+        data, offsets, lines = kept_records(piece_chunks(path, piece), piece.start < 0)
         n, *sel = (int(i) for i in format_extra(piece))
         layout = Layout(n, sel, [arrow_type(t) for t in piece.types], delimiter_of(piece.file))
         try:
             table, _, _ = decode(data, layout, skips(piece))
         except BadUnit as bad:
-            at = None if bad.offset is None else line + data.count(b"\n", 0, bad.offset) + 1
+            at = None
+            if bad.offset is not None:
+                k = int(np.searchsorted(offsets, bad.offset, "right")) - 1
+                at = first_line(piece) + int(lines[k]) + data.count(b"\n", int(offsets[k]), bad.offset) + 1
             raise bad_row(where_of(path, piece), at, bad.why) from None
         check_count(piece, path, table.num_rows)
         return ParquetRows(table.rename_columns(list(piece.column_names)), piece, path)
+
+
+def kept_records(chunks: Iterable[bytes], header: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The non-empty records of a piece read in blocks, joined (less the header when ``header``), the offset
+    of each in them and the 0-based line it starts on in the piece: empty lines cost nothing kept."""
+    parts: list = []
+    offsets: list[np.ndarray] = []
+    lines: list[np.ndarray] = []
+    size = line = 0
+    for _, buf, _ in units(iter(chunks), RecordEnds(QUOTE)):
+        if not buf.tobytes().translate(None, b"\r\n"):  # only empty lines (whole records, so no quote is open)
+            line += int(np.count_nonzero(buf == 10))
+            continue
+        starts, stops = records(buf)
+        newlines = np.flatnonzero(buf == 10)
+        first = line + np.searchsorted(newlines, starts)
+        line += len(newlines)
+        if header and len(starts):
+            starts, stops, first, header = starts[1:], stops[1:], first[1:], False
+        if not len(starts):
+            continue
+        gaps = np.flatnonzero(starts[1:] != stops[:-1]) + 1  # runs of adjacent records are taken at once
+        for a, b in zip([0, *gaps.tolist()], [*gaps.tolist(), len(starts)]):
+            parts.append(buf[int(starts[a]):int(stops[b - 1])].tobytes())
+        sizes = stops - starts
+        offsets.append(size + np.cumsum(sizes) - sizes)
+        lines.append(first)
+        size += int(sizes.sum())
+    empty = np.zeros(0, np.int64)
+    return b"".join(parts), np.concatenate(offsets) if offsets else empty, np.concatenate(lines) if lines else empty
 
 
 def _header(header: bytes, delimiter: str, where: str) -> list[str]:
