@@ -123,6 +123,11 @@ def _extent(piece: Piece) -> tuple[int, int, bool]:
     return piece.start, piece.stop - piece.start, False
 
 
+def piece_bytes(piece: Piece) -> int:
+    """How many bytes :func:`read_piece` gives for ``piece``."""
+    return _extent(piece)[1]
+
+
 def _checked(path: str, piece: Piece, got: int, want: int) -> None:
     if not piece.cached:
         check_unchanged(path, piece)  # after the read too: a file rewritten meanwhile is never decoded
