@@ -170,6 +170,12 @@ class BadRowError(CorruptShardError):
     number, and how to skip such rows (``on_bad_rows="skip"``)."""
 
 
+class DecompressedSizeError(InvalidArgumentError):
+    """A compressed text file (JSON Lines, CSV, text) that decompresses to more than
+    ``SHARDSTREAM_MAX_DECOMPRESSED`` bytes (1 GiB unless set): such a file is read as one piece, whose
+    rows are decoded at once. The message names the file and how to read it (decompress or split it)."""
+
+
 class FileChangedError(RemoteChangedError):
     """A data file changed (size, ETag or modification time) after the dataset listed it; its rows would
     no longer be the ones the plan counted. Open the dataset again to list the new version."""

@@ -190,6 +190,41 @@ def test_bad_row_named(tmp_path, capsys, write_parquet, rows_of, arrow_schema):
     assert not (tmp_path / "out" / "index.json").exists()
 
 
+def _compressed(codec: str, data: bytes) -> bytes:
+    import bz2
+    import lzma
+
+    import zstandard
+
+    if codec == "zst":  # one frame per 4 KiB, as streaming compressors write
+        compress = zstandard.ZstdCompressor().compress
+        return b"".join(compress(data[k:k + 4096]) for k in range(0, len(data), 4096))
+    return {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[codec](data)
+
+
+@pytest.mark.parametrize("name", ["data.jsonl.zst", "data.csv.zst", "data.txt.zst", "data.jsonl.gz", "data.csv.bz2",
+                                  "data.txt.xz"])
+def test_a_compressed_input_cut_short_is_refused_naming_it(tmp_path, capsys, name):
+    """Arrow's decompressing stream said only 'OSError: Truncated compressed stream'; the refusal is typed and
+    names the file, whatever the codec."""
+    import shardstream
+    from shardstream.errors import CorruptShardError
+
+    kind, codec = name.split(".")[1:]
+    data = {"jsonl": _jsonl(FLAT * 50), "csv": b"id,text\n" + b"".join(b"%d,row %d\n" % (i, i) for i in range(2000)),
+            "txt": b"".join(b"line %d\n" % i for i in range(3000))}[kind]
+    blob = _compressed(codec, data)
+    path = tmp_path / "in" / name
+    path.parent.mkdir()
+    path.write_bytes(blob[:len(blob) // 2])
+    codec_name = {"zst": "zstd", "gz": "gzip", "bz2": "bz2", "xz": "xz"}[codec]
+    assert main(["convert", str(path), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} cannot be read as {codec_name} (" in err and "damaged or truncated" in err, err
+    with pytest.raises(CorruptShardError, match=f"{name.replace('.', '[.]')} cannot be read as {codec_name}"):
+        shardstream.convert(str(path), str(tmp_path / "out2"))
+
+
 def test_output_not_ours_refused(parquet_dir, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

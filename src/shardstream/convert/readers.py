@@ -3,7 +3,8 @@
 Each reader yields ``(batch, done)``: a ``pyarrow.RecordBatch`` and how many bytes of the file have been
 read so far (for progress). Memory stays at a batch or a row group whatever the file's size: Parquet is
 read row group by row group (``row_groups`` narrows a file to some of them), Arrow IPC batch by batch,
-CSV and JSON Lines in blocks of ``block_size`` bytes (compressed files are decompressed as a stream),
+CSV and JSON Lines in blocks of ``block_size`` bytes (compressed files are decompressed as a stream, and
+refused, naming the file, when damaged or cut short),
 text files in blocks of lines, and an image folder one file per row.
 """
 
@@ -15,6 +16,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import CorruptShardError, InvalidArgumentError, SchemaMismatchError
 from ..format.arrowrows import pyarrow
+from ..format.decompress import NamedStream
 from ..format.files import codec_of, plain_name
 from ..storage.fs import filesystem, is_remote
 from .badlines import json_lines_error
@@ -22,7 +24,6 @@ from .inputs import InputFile
 
 BATCH_ROWS = 8192
 BLOCK_SIZE = 16 << 20
-_ARROW_CODECS = {"gzip": "gzip", "zstd": "zstd", "bz2": "bz2"}
 
 
 @contextmanager
@@ -41,19 +42,15 @@ def open_raw(file: InputFile, storage_options: Optional[dict]):
 @contextmanager
 def open_stream(file: InputFile, storage_options: Optional[dict]):
     """``(stream, raw)``: the file's decompressed bytes as a stream, and the raw file (whose position is
-    the progress)."""
+    the progress). A compressed file that is damaged or cut short raises
+    :class:`~shardstream.errors.CorruptShardError` naming it."""
     pa = pyarrow()
     codec = codec_of(file.name)
     with open_raw(file, storage_options) as raw:
         if codec is None:
             yield raw, raw
-        elif codec in _ARROW_CODECS:
-            with pa.CompressedInputStream(raw, _ARROW_CODECS[codec]) as stream:
-                yield stream, raw
         else:
-            from ..format.decompress import open_decompressed
-
-            with open_decompressed(raw, codec) as plain:
+            with NamedStream(raw, codec, file.url) as plain:
                 yield pa.PythonFile(plain, mode="r"), raw
 
 

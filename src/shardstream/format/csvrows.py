@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -34,11 +34,12 @@ from ..errors import CorruptShardError, InvalidArgumentError
 from .arrowrows import kind_of, pyarrow
 from .files import Piece, RangeSource, plain_name
 from .lineindex import QUOTE, BadUnit, RecordEnds, blocks, count_lines, head_run, runs_from, unit_stops, units
-from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
-                        read_piece, skips, where_of)
+from .textfiles import (READ_BLOCK, TextFormat, bad_row, check_count, first_line, format_extra, index_file,
+                        make_pieces, piece_bytes, piece_chunks, read_piece, skips, where_of)
 
 MAX_MISFITS = 100  # values that do not convert, skipped in one piece before refusing it
 INFER_BYTES = 8 << 20  # the columns' types are inferred from the records that end in a file's first this many bytes
+WHOLE_READ = 64 << 20  # a piece up to this size is read at once (see piece_records)
 _ROW = re.compile(r"Row #(\d+)")
 
 
@@ -65,9 +66,10 @@ def arrow_type(name: str):
     raise CorruptShardError(f"column type {name!r} is not one a CSV file is read as; open the dataset again")
 
 
-def records(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, stops)`` of the non-empty records of ``arr`` (whole records)."""
-    stops = unit_stops(arr, RecordEnds(QUOTE))
+def records(arr: np.ndarray, stops: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, stops)`` of the non-empty records of ``arr`` (whole records; ``stops``: where each record
+    ends, when they were found already)."""
+    stops = unit_stops(arr, RecordEnds(QUOTE)) if stops is None else stops
     if not len(stops):
         return stops, stops
     starts = np.concatenate(([0], stops[:-1]))
@@ -200,22 +202,73 @@ class CsvFormat(TextFormat):
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]):
         from .parquet import ParquetRows
 
-        data = read_piece(path, piece)
-        line = first_line(piece)
-        if piece.start < 0:  # the whole file: its header first
-            starts, stops = records(np.frombuffer(data, np.uint8))
-            cut = int(stops[0]) if len(stops) else len(data)
-            line += _lines_before(data, cut)
-            data = data[cut:]
+        data, at, dropped = piece_records(path, piece)
         n, *sel = (int(i) for i in format_extra(piece))
         layout = Layout(n, sel, [arrow_type(t) for t in piece.types], delimiter_of(piece.file))
         try:
             table, _, _ = decode(data, layout, skips(piece))
         except BadUnit as bad:
-            at = None if bad.offset is None else line + _lines_before(data, bad.offset) + 1
-            raise bad_row(where_of(path, piece), at, bad.why) from None
+            line = None
+            if bad.offset is not None:
+                before = int(dropped[np.searchsorted(at, bad.offset, "right") - 1])
+                line = first_line(piece) + before + _lines_before(data, bad.offset) + 1
+            raise bad_row(where_of(path, piece), line, bad.why) from None
         check_count(piece, path, table.num_rows)
         return ParquetRows(table.rename_columns(list(piece.column_names)), piece, path)
+
+
+def piece_records(path: str, piece: Piece) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The records of a piece, less the header of a whole file, and where lines were left out of them (see
+    :func:`kept_records`): read at once as they are, unless the piece is big or many of its lines are
+    empty; then in blocks, keeping the non-empty records only."""
+    header = piece.start < 0
+    if piece_bytes(piece) > WHOLE_READ:
+        return kept_records(piece_chunks(path, piece), header)
+    data = read_piece(path, piece)
+    if data.count(b"\n\n") * 256 > len(data):
+        return kept_records((data[k:k + READ_BLOCK] for k in range(0, len(data), READ_BLOCK)), header)
+    cut = 0
+    if header:
+        stops = records(np.frombuffer(data, np.uint8))[1]
+        cut = int(stops[0]) if len(stops) else len(data)
+    return data[cut:], np.zeros(1, np.int64), np.array([_lines_before(data, cut)], np.int64)
+
+
+def kept_records(chunks: Iterable[bytes], header: bool) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The non-empty records of a piece read in blocks, joined (less the header when ``header``), and where
+    lines were left out of them: before offset ``at[k]`` of the data, ``dropped[k]`` lines in all. Empty
+    lines cost nothing kept."""
+    parts: list = []
+    at, dropped = [0], [0]
+    size = 0
+    for _, buf, stops in units(iter(chunks), RecordEnds(QUOTE)):
+        if len(stops) * 8 > len(buf) and not buf.tobytes().translate(None, b"\r\n"):  # only empty lines
+            _drop(at, dropped, size, buf)
+            continue
+        starts, stops = records(buf, stops)
+        if header and len(starts):
+            starts, stops, header = starts[1:], stops[1:], False
+        done = 0
+        gaps = np.flatnonzero(starts[1:] != stops[:-1]) + 1  # runs of adjacent records are taken at once
+        for a, b in zip([0, *gaps.tolist()], [*gaps.tolist(), len(starts)]) if len(starts) else ():
+            start, stop = int(starts[a]), int(stops[b - 1])
+            _drop(at, dropped, size, buf[done:start])
+            parts.append(buf[start:stop].tobytes())
+            size += stop - start
+            done = stop
+        _drop(at, dropped, size, buf[done:])
+    return b"".join(parts), np.asarray(at, np.int64), np.asarray(dropped, np.int64)
+
+
+def _drop(at: list, dropped: list, size: int, left_out: np.ndarray) -> None:
+    """Note the lines of ``left_out`` as left out before offset ``size`` of the kept data."""
+    n = count_lines(left_out) if len(left_out) else 0
+    if not n:
+        return
+    if at[-1] != size:
+        at.append(size)
+        dropped.append(dropped[-1])
+    dropped[-1] += n
 
 
 def _header(header: bytes, delimiter: str, where: str) -> list[str]:

@@ -1,10 +1,11 @@
 """Where the rows of a text file are: one pass over its bytes, cut into pieces of whole lines.
 
 A JSON Lines, CSV or text file has no footer that says where its rows are. Describing it
-reads it once, in blocks of :data:`BLOCK` bytes (ranged reads of a plain file, or its
-decompressed stream), finds the ends of its *units* with numpy (lines; for CSV, records: a
-newline inside a quoted field ends nothing) and cuts it into pieces of whole units of about
-:data:`PIECE_BYTES` each. A piece keeps only its byte range, its row count, how many bad rows
+reads it once, in blocks of :data:`BLOCK` bytes (ranged reads of a plain file; a compressed
+file's decompressed stream in blocks of :data:`STREAM_BLOCK`, refused once it passes
+:func:`max_decompressed`, since it is one piece), finds the ends of its *units* with numpy
+(lines; for CSV, records: a newline inside a quoted field ends nothing) and cuts it into pieces
+of whole units of about :data:`PIECE_BYTES` each. A piece keeps only its byte range, its row count, how many bad rows
 it skipped and the number of its first line: the description is O(pieces), whatever the
 number of rows. Reading a big file (:data:`INDEX_PROGRESS_FROM` bytes or more) shows its progress
 (:mod:`shardstream.progress`).
@@ -15,17 +16,22 @@ called on each run of whole units, see :func:`cut_pieces`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import CorruptShardError, FileChangedError, ShardstreamError
+from ..errors import DecompressedSizeError, FileChangedError, ShardstreamError
 from ..progress import Progress
-from ..units import format_bytes
+from ..units import format_bytes, parse_bytes
+from .decompress import damaged
 from .files import RangeSource, codec_of
 
 BLOCK = 8 << 20  # bytes read at once while describing
+STREAM_BLOCK = 1 << 20  # bytes of a decompressed stream taken at once while describing (no request per read)
+MAX_DECOMPRESSED = 1 << 30  # the most bytes a compressed text file may decompress to (see max_decompressed)
+MAX_DECOMPRESSED_ENV = "SHARDSTREAM_MAX_DECOMPRESSED"
 PIECE_BYTES = 32 << 20  # a piece ends at the first unit end at or past this many bytes from its start
 INDEX_PROGRESS_FROM = 64 << 20  # bytes of a file from which describing it shows its progress
 NEWLINE, RETURN, QUOTE = 10, 13, 34
@@ -71,18 +77,34 @@ def _blocks(source: RangeSource) -> Iterator[bytes]:
         yield block
 
 
+def max_decompressed() -> int:
+    """The most bytes a compressed text file may decompress to: :data:`MAX_DECOMPRESSED`, or
+    ``SHARDSTREAM_MAX_DECOMPRESSED`` (bytes, or a size such as ``"4gb"``) when it is set."""
+    raw = os.environ.get(MAX_DECOMPRESSED_ENV)
+    return MAX_DECOMPRESSED if not raw else parse_bytes(raw, MAX_DECOMPRESSED_ENV)
+
+
 def _decompressed(source: RangeSource, codec: str) -> Iterator[bytes]:
+    """The decompressed bytes of a compressed file, refused past :func:`max_decompressed` (one piece holds
+    them all, and its reader decodes its rows at once)."""
+    limit, done = max_decompressed(), 0
     with source.open() as stream:
         while True:
             try:
-                block = stream.read(BLOCK)
+                block = stream.read(STREAM_BLOCK)
             except ShardstreamError:
                 raise
             except Exception as exc:  # each codec has its own error types (gzip: OSError, EOFError; zstd's)
-                raise CorruptShardError(f"{source.url} cannot be read as {codec} ({type(exc).__name__}: {exc}); the "
-                                        "file is damaged or truncated: write it again") from None
+                raise damaged(source.url, codec, exc) from None
             if not block:
                 return
+            done += len(block)
+            if done > limit:
+                raise DecompressedSizeError(
+                    f"{source.url} decompresses to more than {format_bytes(limit)} ({source.size} bytes compressed); a "
+                    "compressed text file is read as one piece, whose rows are decoded at once. Decompress it (a plain "
+                    "file is read in pieces of about 32 MiB), split it into smaller files before compressing them, or "
+                    f"raise the limit with {MAX_DECOMPRESSED_ENV}")
             yield block
 
 
@@ -191,6 +213,25 @@ def units(chunks: Iterator[bytes], ends: Callable[[np.ndarray], np.ndarray]) -> 
         buf = np.concatenate(pending) if len(pending) > 1 else pending[0]
         if len(buf):
             yield offset, buf, np.array([len(buf)], np.int64)
+
+
+def line_runs(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The bytes of ``chunks`` regrouped into runs of whole lines (the last may lack its newline), each with
+    the 0-based number of its first line; a line longer than a chunk is joined from its parts."""
+    pending: list[bytes] = []
+    line = 0
+    for chunk in chunks:
+        cut = chunk.rfind(b"\n") + 1
+        if not cut:
+            pending.append(chunk)
+            continue
+        run = b"".join(pending + [chunk[:cut]]) if pending else chunk[:cut]
+        pending = [chunk[cut:]] if cut < len(chunk) else []
+        yield line, run
+        line += run.count(b"\n")
+    run = b"".join(pending)
+    if run:
+        yield line, run
 
 
 class BadUnit(Exception):

@@ -3,7 +3,8 @@
 A JSON Lines or text file is described in one pass over its bytes (:mod:`.lineindex`): it is cut
 into pieces of whole lines of about 32 MiB, each with its row count, and nothing per row is
 kept. Opening a piece reads its bytes (a ranged read of the file in place, or its own file in the
-cache), finds its lines with numpy and decodes them all at once.
+cache), finds its lines with numpy and decodes them all at once; JSON Lines pieces are read and
+parsed in blocks of whole lines, keeping only the rows, so blank lines cost no memory.
 
 - ``jsonl``: one JSON object per line; blank lines are not rows. Columns and how rows must fit
   them: :mod:`.jsonvalues`. With ``on_bad_rows="raise"`` describing parses only the first rows (for
@@ -19,14 +20,16 @@ cache), finds its lines with numpy and decodes them all at once.
   line that is not UTF-8 is a bad row.
 - ``csv``: see :mod:`.csvrows`.
 
-Compressed files (``.gz``, ``.zst``, ``.bz2``, ``.xz``) are one piece each, decompressed into the cache.
+Compressed files (``.gz``, ``.zst``, ``.bz2``, ``.xz``) are one piece each, decompressed into the cache;
+describing one refuses it past :func:`.lineindex.max_decompressed` bytes (1 GiB unless
+``SHARDSTREAM_MAX_DECOMPRESSED`` says otherwise), and a file cut short (:mod:`.decompress`).
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -36,14 +39,15 @@ from .columnrows import Column, ColumnRows
 from .csvrows import CSV_FORMAT
 from .files import Piece, RangeSource, codec_of
 from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_many
-from .lineindex import TextLineEnds, blocks, head_run, line_ends, unit_stops, units
+from .lineindex import TextLineEnds, blocks, head_run, line_ends, line_runs, unit_stops, units
 from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
-                        read_piece, skipped_rows, skips, text_extra, where_of)
+                        piece_chunks, read_piece, skipped_rows, skips, text_extra, where_of)
 
 __all__ = ["JSONL_FORMAT", "JSON_FORMAT", "CSV_FORMAT", "TEXT_FORMAT", "skipped_rows"]
 
 _NONSPACE = np.ones(256, bool)
 _NONSPACE[[9, 10, 13, 32]] = False
+_SPACE = b"\t\n\r "  # what a blank line holds
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -54,7 +58,10 @@ def row_lines(buf: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarra
     starts = np.concatenate(([0], stops[:-1]))
     if _NONSPACE[buf[starts]].all():  # every line starts with a character: none is blank
         return starts, stops, np.arange(len(stops))
-    keep = np.flatnonzero(np.logical_or.reduceat(_NONSPACE[buf], starts))
+    nonspace = _NONSPACE[buf]
+    if not nonspace.any():  # only blank lines
+        return stops[:0], stops[:0], stops[:0]
+    keep = np.flatnonzero(np.logical_or.reduceat(nonspace, starts))
     return starts[keep], stops[keep], keep
 
 
@@ -79,11 +86,27 @@ class JsonLinesFormat(TextFormat):
         return make_pieces(source, index, names, types, kinds, skip, (strict, "lines"))
 
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]) -> ColumnRows:
-        data = read_piece(path, piece)
-        buf = np.frombuffer(data, np.uint8)
-        lines = row_lines(buf, unit_stops(buf, line_ends))[2]
         with no_gc():  # the parsed rows are freed before it resumes: only the decoded columns are left
-            return _json_rows(path, piece, *parse_many(data, lines), lambda k: first_line(piece) + int(lines[k]) + 1)
+            values, invalid, lines = _parsed_rows(piece_chunks(path, piece))
+            return _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
+
+
+def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndarray]:
+    """The parsed rows of a piece read in blocks, ``{row: why}`` of those that are not JSON, and the 0-based
+    line of each row in the piece. Only rows are kept: blank lines cost nothing but the block they are in."""
+    values: list = []
+    invalid: dict[int, str] = {}
+    lines: list[np.ndarray] = []
+    for line, data in line_runs(chunks):
+        if not data.translate(None, _SPACE):  # only blank lines
+            continue
+        buf = np.frombuffer(data, np.uint8)
+        units_ = row_lines(buf, unit_stops(buf, line_ends))[2]
+        got, bad = parse_many(data, units_)
+        invalid.update((len(values) + k, why) for k, why in bad.items())
+        values += got
+        lines.append(units_ + line)
+    return values, invalid, np.concatenate(lines) if lines else np.zeros(0, np.int64)
 
 
 def _window_rows(source: RangeSource, run: Any, skip: bool, want: int) -> list:

@@ -4,7 +4,8 @@ a described file, reporting bad rows, and the count of rows skipped.
 A piece of a text file keeps in :attr:`~shardstream.format.files.Piece.extra` (see :func:`text_extra`)
 the 0-based number of its first line (as its reader sees its bytes), how many bad rows it skipped,
 whether bad rows are skipped (``on_bad_rows="skip"``), then what its format adds. A compressed file
-is one piece, ``start == stop == -1``: its reader gets the whole decompressed file.
+is one piece, ``start == stop == -1``: its reader gets the whole decompressed file, at once
+(:func:`read_piece`) or in blocks (:func:`piece_chunks`, for readers that keep only their rows).
 
 Rows left out by ``on_bad_rows="skip"`` are counted when a file is described: a warning names the
 file, the count and the first such line, and :func:`skipped_rows` gives the counts of a dataset's
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import Counter
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from ..errors import BadRowError, CorruptShardError, FileChangedError, ShardNotFoundError
 from . import lineindex
@@ -25,6 +26,7 @@ from .lineindex import BadUnit, Index, Units, cut_pieces
 
 SKIP_HINT = "pass on_bad_rows='skip' to leave out the rows that cannot be read (they are counted)"
 _READ_AT_ONCE = 1 << 30
+READ_BLOCK = 1 << 20  # bytes a streaming reader of a piece takes at once (piece_chunks)
 
 
 TAG = "lines"  # the first of the extra of a piece of a text file
@@ -113,27 +115,61 @@ def where_of(path: str, piece: Piece) -> str:
     return piece.file if piece.cached else path
 
 
-def read_piece(path: str, piece: Piece) -> bytes:
-    """The bytes of ``piece``: its range of the file (in place), or all of its own file (cached, or a
-    whole-file piece), checked against the size the description gave."""
-    whole = piece.cached or piece.start < 0
-    if whole:
+def _extent(piece: Piece) -> tuple[int, int, bool]:
+    """``(offset, bytes, whole)`` of ``piece`` in the file its reader opens: its range of the file (in
+    place), or all of its own file (cached, or a whole-file piece)."""
+    if piece.cached or piece.start < 0:
         want = piece.plain_bytes if codec_of(piece.file) else (
             piece.file_bytes if piece.start < 0 else piece.stop - piece.start)
-    else:
-        want = piece.stop - piece.start
-    try:
-        with open(path, "rb") as f:
-            data = _pread(f.fileno(), want + (1 if whole else 0), 0 if whole else piece.start)
-    except FileNotFoundError:
-        raise ShardNotFoundError(f"{path} is missing; restore it or open the dataset again") from None
+        return 0, want, True
+    return piece.start, piece.stop - piece.start, False
+
+
+def piece_bytes(piece: Piece) -> int:
+    """How many bytes :func:`read_piece` gives for ``piece``."""
+    return _extent(piece)[1]
+
+
+def _checked(path: str, piece: Piece, got: int, want: int) -> None:
     if not piece.cached:
         check_unchanged(path, piece)  # after the read too: a file rewritten meanwhile is never decoded
-    if len(data) != want:
+    if got != want:
         error = CorruptShardError if piece.cached else FileChangedError
-        raise error(f"{where_of(path, piece)}: part {piece.part} should be {want} bytes, but {len(data)} were read; "
+        raise error(f"{where_of(path, piece)}: part {piece.part} should be {want} bytes, but {got} were read; "
                     "the file changed or the cache copy is damaged: open the dataset again")
+
+
+def read_piece(path: str, piece: Piece) -> bytes:
+    """The bytes of ``piece`` (see :func:`_extent`), checked against the size the description gave."""
+    offset, want, whole = _extent(piece)
+    try:
+        with open(path, "rb") as f:
+            data = _pread(f.fileno(), want + whole, offset)
+    except FileNotFoundError:
+        raise ShardNotFoundError(f"{path} is missing; restore it or open the dataset again") from None
+    _checked(path, piece, len(data), want)
     return data
+
+
+def piece_chunks(path: str, piece: Piece, block: int = READ_BLOCK) -> Iterator[bytes]:
+    """The bytes of ``piece`` as :func:`read_piece` gives them, in blocks of ``block`` bytes, so that a reader
+    keeps only what it makes of them; checked the same way once read."""
+    offset, want, whole = _extent(piece)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ShardNotFoundError(f"{path} is missing; restore it or open the dataset again") from None
+    got = 0
+    with f:
+        while got < want:
+            data = os.pread(f.fileno(), min(block, want - got), offset + got)
+            if not data:
+                break
+            got += len(data)
+            yield data
+        if whole and got == want:
+            got += len(os.pread(f.fileno(), 1, offset + got))  # a longer file is refused too
+    _checked(path, piece, got, want)
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
