@@ -444,6 +444,36 @@ def test_a_state_saved_inside_a_step_resumes_there_through_the_loader(plain, bat
     assert run_epoch(other) == full[1]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_inside_a_step_gives_every_rank_the_same_number_of_batches(plain, workers, monkeypatch):
+    """A one-rank loop of global batch 2*BS saves inside a step; two ranks of BS resume it. The rest of that
+    step is cut evenly between them, so both get the same number of batches (a collective per step would
+    hang otherwise), and together they read the rest of the epoch once."""
+    g = 2 * BS
+    full = reference(plain, batch_size=g)[0]
+    kw = {"multiprocessing_context": "fork"} if workers else {}
+    for k in (1, g // 2 - 1, g // 2, g // 2 + 1, 3 * g + g - 2, 5 * g + 3):
+        ds = make(plain, batch_size=g)
+        it = ds.iterate(World())
+        before = [next(it)["id"] for _ in range(k)]
+        state = ds.state_dict()
+        counts, got = [], []
+        for rank in range(2):
+            monkeypatch.setenv("RANK", str(rank))
+            monkeypatch.setenv("LOCAL_RANK", str(rank))
+            for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+                monkeypatch.setenv(name, "2")
+            loader = StreamingDataLoader(make(plain), batch_size=BS, num_workers=workers, **kw)
+            loader.load_state_dict(state)
+            expected = len(loader)
+            batches = [ids(b) for b in loader]
+            assert len(batches) == expected, (k, rank)
+            counts.append(len(batches))
+            got += [i for b in batches for i in b]
+        assert counts[0] == counts[1], (k, counts)
+        assert before == full[:k] and sorted(got) == sorted(full[k:]), k
+
+
 def test_state_at_the_end_of_an_epoch_resumes_at_the_next(plain):
     loader = StreamingDataLoader(make(plain), batch_size=BS, num_workers=2, multiprocessing_context="fork")
     ref = reference(plain, 2)

@@ -98,14 +98,14 @@ def test_chained_resumes_inside_steps_stay_exact(ints, config):
 
 
 def _rank_share(full: list[int], p: int, g: int, ranks: int, rank: int, workers: int, worker: int) -> list[int]:
-    """The straight epoch's positions from ``p`` on that a rank's worker reads, in order: the rank's slice
-    of each step, the step it starts in being the first one it has a position in, workers taking turns."""
-    bs = g // ranks
-    mine = [q for q in range(p, len(full)) if (q % g) // bs == rank]
-    if not mine:
-        return []
-    first = mine[0] // g
-    return [full[q] for q in mine if (q // g - first) % max(workers, 1) == worker]
+    """The straight epoch's positions from ``p`` on that a rank's worker reads, in order: the rest of the
+    step ``p`` interrupts cut evenly among the ranks in rank order, then the rank's slice of each whole
+    step, the first step it reads going to worker 0 and the workers taking turns."""
+    bs, rest = g // ranks, -p % g
+    head = list(range(p + rank * rest // ranks, p + (rank + 1) * rest // ranks))
+    whole = [q for q in range(p + rest, len(full)) if (q % g) // bs == rank]
+    steps = ([head] if head else []) + [whole[i:i + bs] for i in range(0, len(whole), bs)]
+    return [full[q] for i, step in enumerate(steps) if i % max(workers, 1) == worker for q in step]
 
 
 @pytest.mark.parametrize("config,workers", [("natural", 0), ("py1b drop", 0), ("py1e 3 regions", 0),

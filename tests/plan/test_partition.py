@@ -4,6 +4,7 @@ each node reads only its own regions' shards."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -151,9 +152,14 @@ def test_world_start_and_batch_checks(grid_epoch):
         range(7, ep.steps, 3))
     rank0 = World(num_nodes=2, ranks_per_node=2, num_workers=3)
     assert ep.head(rank0, 5 * 64 + 1).tolist() == list(range(5 * 64 + 1, 5 * 64 + 16))
-    # a rank whose share of the step lies before the start begins with the next step
-    assert ep.head(rank0, 5 * 64 + 16) is None and ep.rank_start(rank0, 5 * 64 + 16) == 6 * 64
-    assert list(ep.worker_steps(rank0, start=5 * 64 + 16)) == list(range(6, ep.steps, 3))
+    # the rest of the step is cut evenly among the ranks, whatever part of it a rank had before
+    rest = [ep.head(dataclasses.replace(rank0, local_rank=r % 2, node=r // 2), 5 * 64 + 16).tolist()
+            for r in range(4)]
+    assert rest == [list(range(5 * 64 + 16 + 12 * r, 5 * 64 + 28 + 12 * r)) for r in range(4)]
+    assert list(ep.worker_steps(rank0, start=5 * 64 + 16)) == list(range(5, ep.steps, 3))
+    # fewer positions left than ranks: a rank the rest leaves nothing begins with the next step
+    assert ep.head(rank0, 6 * 64 - 2) is None and ep.rank_start(rank0, 6 * 64 - 2) == 6 * 64
+    assert list(ep.worker_steps(rank0, start=6 * 64 - 2)) == list(range(6, ep.steps, 3))
     odd = Plan([30], PlanSpec()).epoch(0, 6)
     for bad in (World(num_nodes=4), World(ranks_per_node=5), World(num_nodes=2, ranks_per_node=2, replication=1)):
         with pytest.raises(InvalidArgumentError, match="global batch") as info:

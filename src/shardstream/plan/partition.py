@@ -16,10 +16,11 @@ group has ever supplied (``j = k*a + o'`` at offset ``o'`` of step ``k``) is sam
 Ranks take consecutive per-device batches of every global step, in rank order;
 DataLoader workers of a rank take whole steps round-robin, which is the order in
 which a PyTorch DataLoader collects them. A pass that starts inside a step (a state
-saved mid-step, resumed on the same global batch) reads the rest of that step first:
-each rank its share from the start position on (the worker whose turn that step is),
-then whole steps, so the steps, their cut and the padding are the epoch's own; a rank
-whose share of that step lies before the start position begins with the next step.
+saved mid-step, resumed on the same global batch) reads the rest of that step first,
+cut evenly among the ranks in rank order (the worker whose turn that step is), then
+whole steps, so the steps and the padding are the epoch's own and every rank has the
+same number of steps; only when fewer positions than ranks are left in that step does
+a rank without one begin with the next step.
 """
 
 from __future__ import annotations
@@ -161,12 +162,22 @@ class StepCut:
 
     def rank_start(self, world: World, start: int | None = None) -> int:
         """Where ``world``'s rank begins to read from global position ``start`` on: ``start`` itself, or
-        the next step's first position when ``start`` lies inside a step past the rank's share of it."""
+        the next step's first position when ``start`` lies inside a step whose rest leaves the rank
+        nothing (see :meth:`head`)."""
         start = self.origin if start is None else start
-        offset = (start - self.origin) % self.global_batch
-        if offset and offset >= (world.reader + 1) * self.device_batch(world):
-            return start - offset + self.global_batch
+        lo, hi = self._rest_share(world, start)
+        if lo == hi:
+            return start - (start - self.origin) % self.global_batch + self.global_batch
         return start
+
+    def _rest_share(self, world: World, start: int) -> tuple[int, int]:
+        """``[lo, hi)``: ``world``'s rank's share of the rest of the step that ``start`` interrupts, the rest
+        cut evenly among the ranks in rank order; ``(start, start + 1)`` at a step boundary."""
+        offset = (start - self.origin) % self.global_batch
+        if not offset:
+            return start, start + 1
+        left, r, n = self.global_batch - offset, world.reader, world.readers
+        return start + r * left // n, start + (r + 1) * left // n
 
     def worker_steps(self, world: World, start: int | None = None) -> range:
         """The global steps that ``world``'s worker reads from global position ``start`` on; a step that
@@ -176,16 +187,15 @@ class StepCut:
         return range(first + world.worker, self.steps, world.workers)
 
     def head(self, world: World, start: int | None) -> np.ndarray | None:
-        """Global positions of ``world``'s share of the step that ``start`` interrupts, from ``start`` on;
-        None when ``start`` is at a step boundary, the rank's share of that step lies before it, or the
-        step is another worker's."""
+        """Global positions of ``world``'s share of the step that ``start`` interrupts (its rest, cut evenly
+        among the ranks); None when ``start`` is at a step boundary, the rest leaves the rank nothing, or
+        the step is another worker's."""
         start = self.rank_start(world, start)
         first, offset = divmod(start - self.origin, self.global_batch)
         if not offset or world.worker or first >= self.steps:
             return None
-        bs = self.device_batch(world)
-        lo = self.origin + first * self.global_batch + world.reader * bs
-        return np.arange(max(lo, start), lo + bs, dtype=np.int64)
+        lo, hi = self._rest_share(world, start)
+        return np.arange(lo, hi, dtype=np.int64)
 
     def worker_positions(self, world: World, steps) -> np.ndarray:
         """Global positions of ``world``'s share of ``steps`` (shape ``(len(steps), device_batch)``)."""
