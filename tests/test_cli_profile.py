@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardstream import MDSWriter
-from shardstream.testing.faults import RangeHTTPServer
+from shardstream.testing.servers import RangeHTTPServer
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -219,7 +219,7 @@ def test_resuming_at_row_550000_reads_no_byte_of_the_row_groups_before(s3_server
 
 def test_transient_errors_are_retried_and_permanent_ones_name_the_file(tmp_path):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp")
-    from shardstream.testing.faults import RangeHTTPServer
+    from shardstream.testing.servers import RangeHTTPServer
 
     root = tmp_path / "www"
     parquet(root / "a.parquet", 0, 40, 10)

@@ -35,7 +35,7 @@ from shardstream.integrations.torch import StreamingDataLoader  # noqa: E402
 from shardstream.stats import LoaderStallWarning, StatsConfig  # noqa: E402
 from shardstream.stats.report import STAGES  # noqa: E402
 from shardstream.testing import write_dataset  # noqa: E402
-from shardstream.testing.faults import Faults, RangeHTTPServer  # noqa: E402
+from shardstream.testing.servers import Faults, RangeHTTPServer  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),

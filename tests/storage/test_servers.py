@@ -15,7 +15,15 @@ from urllib.parse import urlsplit
 import fsspec
 import pytest
 
-from shardstream.testing.servers import AzuriteServer, Faults, GCSServer, RangeHTTPServer, ServerUnavailable
+from shardstream.testing.servers import (
+    AzuriteServer,
+    ClosedPort,
+    Faults,
+    GCSServer,
+    RangeHTTPServer,
+    ServerUnavailable,
+    SilentServer,
+)
 
 DATA = os.urandom(64 * 1024 + 17)
 
@@ -125,6 +133,23 @@ def test_corrupt_flips_bytes_keeps_length(target: Target):
     assert diff == [0, len(DATA) // 2, len(DATA) - 1]
 
 
+def test_short_answers_half_the_body_well_formed(target: Target):
+    target.faults.add("obj.bin", "short")
+    resp = target.get()  # a complete response by its own framing: no error on the client's side
+    assert resp.status == 200 and resp.body == DATA[:len(DATA) // 2]
+    assert resp.headers["content-length"] == str(len(DATA) // 2)
+    assert target.get().body == DATA  # on a new connection, the next request is clean
+
+
+def test_a_refusal_answers_every_method_until_cleared(target: Target):
+    target.faults.refuse("403")
+    assert target.get().status == 403 and target.get("HEAD").status == 403
+    path = urlsplit(target.url).path
+    assert target.faults.hits == [("403", path), ("403", path)]
+    target.faults.clear()
+    assert target.get().body == DATA
+
+
 def test_latency_delays_every_get(target: Target):
     target.faults.latency_s = 0.2
     start = time.monotonic()
@@ -138,6 +163,8 @@ def test_fault_kinds_are_checked():
         faults.add("x", "502")
     with pytest.raises(ValueError, match="fault kinds"):
         faults.add("x")
+    with pytest.raises(ValueError, match="a refusal is one of the statuses"):
+        faults.refuse("reset")
     assert faults.pending() == 0
 
 
@@ -229,6 +256,23 @@ def test_http_server_stop_cuts_stalled_requests_and_joins(tmp_path, capfd):
     assert refused(url)
     assert not [t for t in threading.enumerate() if "RangeHTTPServer" in t.name]
     assert "Traceback" not in capfd.readouterr().err
+
+
+# -- endpoints that fail below HTTP ---------------------------------------------------------------------------------
+
+
+def test_silent_server_accepts_and_never_answers():
+    with SilentServer() as server:
+        with pytest.raises(TimeoutError):
+            get(server.url, timeout=0.5)
+        assert server.accepted == 1
+        url = server.url
+    assert refused(url)
+
+
+def test_closed_port_refuses_connections():
+    with ClosedPort() as port:
+        assert refused(port.url)
 
 
 # -- S3 (moto) ----------------------------------------------------------------------------------------------------

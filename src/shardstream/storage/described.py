@@ -25,6 +25,7 @@ from ..format.atomic import atomic_write, read_json
 from ..format.files import META_DIR, FileFormat, Piece, metadata_path
 from .listing import FileSource, Listing
 from .locks import FileLock
+from .options import DEFAULT_DOWNLOAD_RETRY, DEFAULT_DOWNLOAD_TIMEOUT
 
 LISTING_VERSION = 1
 DESCRIBE_THREADS = 32
@@ -53,7 +54,8 @@ def listing_path(meta_dir: str, fmt: FileFormat, listing: Listing, columns: Opti
 
 
 def describe_files(listing: Listing, fmt: FileFormat, meta_dir: str, columns: Optional[Sequence[str]],
-                   options: dict, cache_dir: Optional[str] = None, retry: int = 3, timeout: float = 60,
+                   options: dict, cache_dir: Optional[str] = None, retry: int = DEFAULT_DOWNLOAD_RETRY,
+                   timeout: float = DEFAULT_DOWNLOAD_TIMEOUT,
                    stats: Optional[DescribeStats] = None) -> list[Piece]:
     """Every piece of the listed files, in dataset order. ``cache_dir``: the pieces are read through this
     cache directory (marked ``cached``, their files' metadata stored there)."""

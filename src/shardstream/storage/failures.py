@@ -4,7 +4,8 @@ label for the error message, so that a final error says what happened on every a
 
 Permanent: the file does not exist, cannot be read (permission), is a directory or lies
 under a file, or the store answered 4xx (except 408 and 429, and S3's throttling and
-request-timeout codes). Everything else (5xx, resets, timeouts, short bodies) is transient.
+request-timeout codes). Everything else (5xx, resets, timeouts, short bodies, an endpoint that
+cannot be reached) is transient.
 """
 
 from __future__ import annotations
@@ -69,6 +70,38 @@ def permanent(exc: BaseException) -> Optional[str]:
     return None
 
 
+SHORT_BODY = "short body"
+CANNOT_CONNECT = "could not connect"
+# a client's errors for an endpoint it cannot reach (refused, no route, name unknown, no TCP handshake in time)
+CONNECTION_ERRORS = frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ConnectionRefusedError",
+                               "ClientConnectorError", "ClientConnectorDNSError", "gaierror"})
+
+
+class ShortBody(Exception):
+    """A store answered with fewer bytes than asked for (a body cut short, or a well-formed short answer):
+    transient, tried again."""
+
+
+def cannot_connect(exc: BaseException) -> bool:
+    """Whether ``exc`` says the endpoint could not be reached at all (no answer came from the store)."""
+    return any(type(e).__name__ in CONNECTION_ERRORS for e in _chain(exc))
+
+
+CREDENTIALS_FIX = ("check the credentials in storage_options (key and secret, token or profile, or the environment "
+                   "the store's client reads, such as AWS_ACCESS_KEY_ID / AWS_PROFILE) and that they may list and read "
+                   "this path")
+
+
+def refused_credentials(exc: BaseException) -> bool:
+    """Whether the store refused the credentials (permission denied, HTTP 401 or 403)."""
+    return isinstance(exc, PermissionError) or http_status(exc)[0] in (401, 403)
+
+
+def refusal_fix(exc: BaseException) -> str:
+    """What to change after a permanent failure ``exc`` (see :func:`permanent`)."""
+    return CREDENTIALS_FIX if refused_credentials(exc) else "check the path or URL, and storage_options"
+
+
 def is_timeout(exc: BaseException) -> bool:
     import asyncio
 
@@ -82,8 +115,10 @@ def label(exc: BaseException) -> str:
     status, code = http_status(exc)
     if status is not None:
         return f"HTTP {status}{f' {code}' if code and code != str(status) else ''}"
-    if type(exc).__name__ == "_ShortFile":
-        return "short body"
+    if isinstance(exc, ShortBody):
+        return SHORT_BODY
+    if cannot_connect(exc):
+        return CANNOT_CONNECT
     return type(exc).__name__
 
 
@@ -97,6 +132,13 @@ def advice(labels: list[str], errors_within: bool = False) -> str:
     that the client retried by itself inside the attempts)."""
     if errors_within:
         return "check that the store is healthy, or raise download_retry (and download_timeout) to ride it out"
+    if CANNOT_CONNECT in labels:
+        return ("check the store's address (endpoint_url in storage_options, or S3_ENDPOINT_URL / AWS_ENDPOINT_URL) "
+                "and that this machine can reach it")
+    if labels and all(what == SHORT_BODY for what in labels):
+        return ("the store sent fewer bytes than asked for on every attempt: the file is shorter than when it was "
+                "listed (rewritten since?) or something between here and the store cuts answers short; open the "
+                "dataset again")
     timeouts = labels.count("timed out")
     if timeouts == len(labels):
         return "raise download_timeout if the store is slow, or download_retry if it is flaky"

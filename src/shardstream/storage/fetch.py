@@ -28,16 +28,14 @@ from ..format.files import local_version
 from ..format.index import FileInfo
 from ..stats import record
 from . import inner_retries
-from .failures import advice, label, permanent, summary
+from .attempts import attempts, bounded
+from .failures import (CANNOT_CONNECT, CREDENTIALS_FIX, ShortBody, advice, label, permanent, refused_credentials,
+                       summary)
 from .fs import backoff, filesystem, is_remote, join
 from .versions import RemoteVersions
 
 _CHUNK = 1 << 22
 BIG_DOWNLOAD = 64 << 20  # bytes from which a download shows its progress
-
-
-class _ShortFile(Exception):
-    """A download ended with the wrong number of bytes (a reset or truncated body)."""
 
 
 class Fetcher:
@@ -146,6 +144,7 @@ class Fetcher:
         for attempt in range(self.retry + 1):
             tmp = temp_name(dest)
             inner_retries.take(rpath)  # nothing left over from before this attempt
+            inner_retries.unreached(self.fs)
             shown = None
             try:
                 if part is None:
@@ -158,7 +157,7 @@ class Fetcher:
                 if versioned and self.versions is not None:  # after the download: a change during it is seen too
                     self.versions.check(basename, self.url(basename), self._info(rpath), size)
                 if size is not None and got != size:
-                    raise _ShortFile(f"received {got} bytes, the index says {size}")
+                    raise ShortBody(f"received {got} bytes, the index says {size}")
                 with self._lock:
                     self.files += 1
                     self.bytes += got
@@ -176,12 +175,12 @@ class Fetcher:
                 _abandon(shown)
                 why = permanent(exc)
                 if why is not None:
-                    raise DownloadError(
-                        f"{basename!r} {why} at {self.url(basename)} ({type(exc).__name__}: {exc}); this is not "
-                        "retried: check remote= (a dataset directory with index.json) and the credentials in "
-                        "storage_options"
-                    ) from exc
-                failures.append(label(exc))  # transient: 5xx, resets, timeouts, short bodies
+                    fix = CREDENTIALS_FIX if refused_credentials(exc) else (
+                        "check remote= (a dataset directory with index.json) and the credentials in storage_options")
+                    raise DownloadError(f"{basename!r} {why} at {self.url(basename)} ({type(exc).__name__}: {exc}); "
+                                        f"this is not retried: {fix}") from exc
+                # transient: 5xx, resets, timeouts, short bodies, an endpoint the client could not connect to
+                failures.append(CANNOT_CONNECT if inner_retries.unreached(self.fs) else label(exc))
                 inner.extend(inner_retries.take(rpath))
                 if attempt == self.retry:
                     raise DownloadError(self._failed(basename, failures, inner, exc)) from exc
@@ -197,22 +196,26 @@ class Fetcher:
                 f"{type(last).__name__}: {last}); {advice(failures, bool(inner))}")
 
     def _info(self, rpath: str) -> dict:
-        """The remote file's metadata, asked afresh (never from a listing cached by the filesystem)."""
+        """The remote file's metadata, asked afresh (never from a listing cached by the filesystem), within
+        the time of one attempt."""
         fs = self.fs
         try:
             fs.invalidate_cache(rpath)
-            return fs.info(rpath)
+            return bounded(fs, "info", rpath, timeout=self.timeout)
         except (NotImplementedError, AttributeError, TypeError):  # a store with no metadata requests
             return {}
 
-    def _get_range(self, rpath: str, tmp: str, offset: int, length: int) -> None:
-        fs = self.fs
-        if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
-            from fsspec.asyn import sync
+    def request(self, method: str, name: str, *args, keep: tuple = (), **kwargs):
+        """``fs.<method>`` of the remote file ``name`` (``""``: the remote itself), as a download is tried: each
+        attempt within the timeout, transient failures retried, a :class:`DownloadError` naming the URL at the
+        end (``keep``: exceptions that pass through, such as FileNotFoundError)."""
+        rpath = (join(self.root, name) if self.root else name) if name else self.root
+        url = self.url(name) if name else self.remote
+        return attempts(lambda: bounded(self.fs, method, rpath, *args, timeout=self.timeout, **kwargs), url,
+                        self.retry, self.timeout, "looking up", self.fs, keep)
 
-            data = sync(fs.loop, fs._cat_file, rpath, start=offset, end=offset + length, timeout=self.timeout)
-        else:
-            data = fs.cat_file(rpath, start=offset, end=offset + length)
+    def _get_range(self, rpath: str, tmp: str, offset: int, length: int) -> None:
+        data = bounded(self.fs, "cat_file", rpath, start=offset, end=offset + length, timeout=self.timeout)
         with open(tmp, "wb") as dst:
             dst.write(data)
 

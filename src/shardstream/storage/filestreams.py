@@ -87,7 +87,8 @@ def _directory_format(path: str, split: Optional[str]) -> Optional[str]:
 def files_beside(remote: str, storage_options: Optional[dict], options: StreamOptions) -> Optional[ShardFormat]:
     """For a remote directory without ``index.json``: the format of the data files in it, or None."""
     try:
-        listing = list_files(remote, tuple(SUFFIX_FORMATS), storage_options, options.split)
+        listing = list_files(remote, tuple(SUFFIX_FORMATS), storage_options, options.split, options.download_retry,
+                             options.download_timeout)
     except NoFilesError:
         return None
     seen = Counter(suffix_format(f.name) for f in listing.files)
@@ -109,9 +110,9 @@ def open_file_stream(stream: Any, remote: Any, local: Any, options: StreamOption
     if data is None:
         raise InvalidArgumentError("a stream of data files needs remote= or local= (a file, directory or glob)")
     suffixes = tuple(s for s, name in SUFFIX_FORMATS.items() if name == fmt.name) or tuple(fmt.suffixes)
-    listing = list_files(data, suffixes, storage_options, options.split)
+    retry, timeout = options.download_retry, options.download_timeout
+    listing = list_files(data, suffixes, storage_options, options.split, retry, timeout)
     fmt_opts = format_options(fmt, options)
-    retry, timeout = options.download_retry + 1, options.download_timeout
     if remote is None and not any(codec_of(f.name) for f in listing.files):
         meta_dir = os.path.join(cache_root(), LISTINGS)
         pieces = describe_files(listing, fmt, meta_dir, options.columns, fmt_opts, None, retry, timeout, stats)
@@ -134,7 +135,6 @@ def open_file_stream(stream: Any, remote: Any, local: Any, options: StreamOption
                             timeout, stats)
     _some_rows(data, listing, pieces)
     return OpenedStream(stream, remote_root, cache, cache, pieces, fetcher, options, fmt)
-
 
 
 def _some_rows(data: Any, listing, pieces: list) -> None:

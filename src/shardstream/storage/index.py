@@ -22,6 +22,7 @@ from ..format.index import not_a_dataset
 from ..format.source import ShardFormat, get_format
 from .claim import META, RECORD, claim
 from .eviction import CacheSpace
+from .failures import permanent
 from .fetch import Fetcher
 from .locks import FileLock
 from .versions import RemoteVersions, forget, object_signature
@@ -29,9 +30,11 @@ from .versions import RemoteVersions, forget, object_signature
 
 def _signature(fetcher: Fetcher, name: str) -> Optional[dict]:
     """What identifies the remote index file ``name``'s current version, from one metadata request
-    (None if unknown)."""
+    (None if the store has no metadata requests). A store that cannot be reached or refuses the credentials
+    raises :class:`DownloadError` within ``download_timeout`` x ``download_retry`` + 1 attempts."""
     try:
-        info = fetcher.fs.info(f"{fetcher.root}/{name}" if fetcher.root else name)
+        info = fetcher.request("info", name, keep=(FileNotFoundError, NotADirectoryError, NotImplementedError,
+                                                   AttributeError, TypeError))
     except NotADirectoryError:
         raise NotADatasetError(not_a_dataset(fetcher.remote)) from None
     except FileNotFoundError:
@@ -41,7 +44,7 @@ def _signature(fetcher: Fetcher, name: str) -> Optional[dict]:
             f"no {name} at {fetcher.url(name)} (No such file or directory); is remote= the dataset directory "
             "(or does it need split=...)?"
         ) from None
-    except Exception:  # a store without metadata requests: fall back to the cached copy
+    except (NotImplementedError, AttributeError, TypeError):  # a store without metadata requests
         return None
     return {"url": fetcher.url(name), **object_signature(info)}
 
@@ -49,9 +52,22 @@ def _signature(fetcher: Fetcher, name: str) -> Optional[dict]:
 def _is_file(fetcher: Fetcher) -> bool:
     """Whether the remote dataset location is itself a file (asked only once the index is missing)."""
     try:
-        return bool(fetcher.root) and fetcher.fs.isfile(fetcher.root)
+        return bool(fetcher.root) and fetcher.request("isfile", "")
     except Exception:  # a store that cannot tell: report the missing index
         return False
+
+
+def _offline_signature(fetcher: Fetcher, dirname: str, fmt: ShardFormat) -> Optional[dict]:
+    """:func:`_signature`, or None where the store cannot be reached but this machine holds the index from an
+    earlier run (it is then read as it is: the store cannot say that it changed)."""
+    try:
+        return _signature(fetcher, fmt.index_name)
+    except DownloadError as exc:
+        cached = os.path.exists(os.path.join(dirname, fmt.index_name))
+        if cached and "opened" in (read_json(os.path.join(dirname, META, RECORD)) or {}) \
+                and permanent(exc.__cause__) is None:
+            return None
+        raise
 
 
 def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0, fmt: Optional[ShardFormat] = None) -> list:
@@ -62,7 +78,7 @@ def local_index(dirname: str, fetcher: Fetcher, wait: float = 600.0, fmt: Option
     fmt = get_format("mds") if fmt is None else fmt
     meta = os.path.join(dirname, META)
     record_path = os.path.join(meta, RECORD)
-    sig = _signature(fetcher, fmt.index_name)
+    sig = _offline_signature(fetcher, dirname, fmt)
     adopted = claim(dirname, fetcher, fmt)  # before anything is written into dirname
     with FileLock(os.path.join(meta, "index.lock")) as lock:
         lock.acquire(True, wait)

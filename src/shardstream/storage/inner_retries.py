@@ -3,7 +3,9 @@
 botocore (under s3fs) retries 5xx and throttling answers on its own, with backoff, so an attempt
 that ends in our timeout may have been answered with 503s all along; reporting it as "timed out"
 alone would hide that. :func:`watch` hooks the S3 client's retry decisions and :func:`take`
-returns the statuses seen for one object since the last call, for the download's error message.
+returns the statuses seen for one object since the last call, for the download's error message;
+:func:`unreached` says whether the client could not even connect to its endpoint (a wrong
+``endpoint_url`` or a store that is down looks like a timeout otherwise).
 Other clients either do not retry (HTTP) or surface the status in the error they raise.
 """
 
@@ -12,8 +14,11 @@ from __future__ import annotations
 import threading
 from urllib.parse import unquote, urlsplit
 
+from .failures import cannot_connect
+
 _lock = threading.Lock()
 _seen: dict[str, list[int]] = {}  # decoded URL path -> statuses retried inside the client
+_unreached: set[str] = set()  # endpoints the client could not connect to, and retried by itself
 _HOOK_ID = "shardstream-inner-retries"
 
 
@@ -29,7 +34,13 @@ def watch(fs) -> None:
         return
 
 
-def _on_retry(response=None, request_dict=None, **kwargs) -> None:
+def _on_retry(response=None, request_dict=None, caught_exception=None, endpoint=None, **kwargs) -> None:
+    if caught_exception is not None and cannot_connect(caught_exception):
+        host = getattr(endpoint, "host", None)
+        with _lock:
+            if isinstance(host, str) and len(_unreached) < 1_000:
+                _unreached.add(host)
+        return
     status = getattr(response[0], "status_code", None) if isinstance(response, tuple) and response else None
     if isinstance(status, int) and status >= 400 and isinstance(request_dict, dict):
         path = unquote(urlsplit(str(request_dict.get("url", ""))).path)
@@ -46,3 +57,17 @@ def take(rpath: str) -> list[int]:
         for path in [p for p in _seen if p.endswith(key)]:
             out.extend(_seen.pop(path))
     return out
+
+
+def unreached(fs) -> bool:
+    """Whether the S3 client of ``fs`` failed to connect to its endpoint, and retried by itself, since the
+    last call (an attempt that then ran out of time never reached the store: the address is the likely fault)."""
+    try:
+        host = fs._s3.meta.endpoint_url
+    except AttributeError:
+        return False
+    with _lock:
+        if host in _unreached:
+            _unreached.discard(host)
+            return True
+    return False

@@ -10,21 +10,24 @@ these requests alone. Files are named relative to the deepest directory holding 
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
-import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from functools import partial
+from typing import Any, Callable, Optional, Sequence
 
-from ..errors import DownloadError, InvalidArgumentError, NoFilesError, ShardNotFoundError
+from ..errors import InvalidArgumentError, NoFilesError, ShardNotFoundError
 from ..format.decompress import open_decompressed
 from ..format.files import SourceFile, codec_of, local_version, plain_name
-from .failures import label, permanent, summary
-from .fs import backoff, filesystem, is_remote, local_path
+from .attempts import attempts, bounded, short_check
+from .fs import filesystem, is_remote, local_path
+from .options import DEFAULT_DOWNLOAD_RETRY, DEFAULT_DOWNLOAD_TIMEOUT
 from .versions import object_signature
 
 GLOB_CHARS = "*?["
 _SKIPPED = (".", "_")  # hidden files and markers such as _SUCCESS are not data
+STREAM_BLOCK = 16 << 20  # bytes of each ranged read when a remote file is read as a stream (compressed files)
 
 
 def has_glob(path: str) -> bool:
@@ -53,10 +56,12 @@ def entries_of(data: Any) -> list[str]:
 
 
 def list_files(data: Any, suffixes: Sequence[str], storage_options: Optional[dict] = None,
-               split: Optional[str] = None) -> Listing:
+               split: Optional[str] = None, retry: int = DEFAULT_DOWNLOAD_RETRY,
+               timeout: float = DEFAULT_DOWNLOAD_TIMEOUT) -> Listing:
     """The data files ``data`` names; a directory's files are those whose name ends with one of
     ``suffixes`` (optionally compressed), under ``split`` when given. Refuses with
-    :class:`~shardstream.errors.NoFilesError` an entry that matches nothing."""
+    :class:`~shardstream.errors.NoFilesError` an entry that matches nothing. Each request to a remote store
+    is made within ``timeout`` seconds and tried ``retry`` more times (:mod:`.attempts`)."""
     entries = entries_of(data)
     local = not is_remote(entries[0])
     if local:
@@ -65,7 +70,8 @@ def list_files(data: Any, suffixes: Sequence[str], storage_options: Optional[dic
     found: list[tuple[str, int, str]] = []
     seen: set[str] = set()
     for entry in entries:
-        for path, info in _expand(fs, entry, local, suffixes, split):
+        ask = _asker(fs, entry, local, retry, timeout)
+        for path, info in _expand(ask, fs, entry, local, suffixes, split):
             if path not in seen:
                 seen.add(path)
                 found.append((path, int(info.get("size") or 0), _version(path, info, local)))
@@ -87,16 +93,25 @@ def _relative(path: str, root: str) -> str:
     return rel.replace(os.sep, "/")
 
 
-def _expand(fs, entry: str, local: bool, suffixes: Sequence[str], split: Optional[str]) -> list[tuple[str, dict]]:
+def _asker(fs, entry: str, local: bool, retry: int, timeout: float) -> Callable:
+    """``ask(method, *args, **kwargs)``: ``fs.<method>`` as one request of listing ``entry``."""
+    if local:
+        return lambda method, *args, **kwargs: getattr(fs, method)(*args, **kwargs)
+    return lambda method, *args, **kwargs: attempts(partial(bounded, fs, method, *args, timeout=timeout, **kwargs),
+                                                    entry, retry, timeout, "listing", fs, (FileNotFoundError,))
+
+
+def _expand(ask: Callable, fs, entry: str, local: bool, suffixes: Sequence[str],
+            split: Optional[str]) -> list[tuple[str, dict]]:
     path = entry if local else fs._strip_protocol(entry)
     if has_glob(path):
-        hits = fs.glob(path, detail=True)
+        hits = ask("glob", path, detail=True)
         out = sorted((p, i) for p, i in hits.items() if i.get("type", "file") != "directory")
         if not out:
             raise NoFilesError(f"{entry!r} matches no file; check the pattern and storage_options")
         return out
     try:
-        info = fs.info(path)
+        info = ask("info", path)
     except FileNotFoundError:
         if local and os.path.islink(path):
             raise _dangling(path) from None
@@ -105,9 +120,9 @@ def _expand(fs, entry: str, local: bool, suffixes: Sequence[str], split: Optiona
         return [(path, info)]
     if split:
         sub = posixpath.join(path, split) if not local else os.path.join(path, split)
-        if fs.isdir(sub):
+        if ask("isdir", sub):
             path = sub
-    hits = fs.find(path, detail=True)
+    hits = ask("find", path, detail=True)
     out = sorted((p, i) for p, i in hits.items() if _is_data(p, path, suffixes, split))
     if not out:
         want = ", ".join(suffixes) or "any"
@@ -153,9 +168,11 @@ def version_of(info: dict) -> str:
 
 class FileSource:
     """One listed file as a format describes it (see :class:`~shardstream.format.files.RangeSource`):
-    ranged reads, retried with backoff on transient errors."""
+    ranged reads of a remote file, each within ``timeout`` seconds, checked to hold the bytes asked for,
+    and tried again on transient failures (:mod:`.attempts`)."""
 
-    def __init__(self, listing: Listing, file: SourceFile, retry: int = 3, timeout: float = 60) -> None:
+    def __init__(self, listing: Listing, file: SourceFile, retry: int = DEFAULT_DOWNLOAD_RETRY,
+                 timeout: float = DEFAULT_DOWNLOAD_TIMEOUT) -> None:
         self.name, self.size, self.version = file.name, file.bytes, file.version
         self.listing = listing
         self.path = (os.path.join(listing.root_path, *file.name.split("/")) if listing.local
@@ -170,29 +187,50 @@ class FileSource:
             with open(self.path, "rb") as f:
                 data = os.pread(f.fileno(), length, offset)
         else:
-            data = self._retried(lambda: self.listing.fs.cat_file(self.path, start=offset, end=offset + length))
+            want = max(0, min(length, self.size - offset))  # what the file held when it was listed
+            fs = self.listing.fs
+            data = attempts(lambda: short_check(bounded(fs, "cat_file", self.path, start=offset, end=offset + length,
+                                                        timeout=self.timeout), want, offset),
+                            self.url, self.retry, self.timeout, "reading", fs)
         self.requests += 1
         self.bytes_read += len(data)
         return data
 
     def open(self) -> Any:
-        raw = open(self.path, "rb") if self.listing.local else self._retried(lambda: self.listing.fs.open(self.path))
-        self.requests += 1
+        """The whole file as a stream: a local file opened, a remote one read by ranges of :data:`STREAM_BLOCK`."""
+        if self.listing.local:
+            raw: Any = open(self.path, "rb")
+            self.requests += 1
+        else:
+            raw = io.BufferedReader(_Ranged(self), buffer_size=STREAM_BLOCK)
         return open_decompressed(raw, codec_of(self.name))
 
-    def _retried(self, call):
-        failures: list[str] = []
-        for attempt in range(self.retry + 1):
-            try:
-                return call()
-            except Exception as exc:
-                why = permanent(exc)
-                if why is not None:
-                    raise DownloadError(f"{self.url} {why} ({type(exc).__name__}: {exc}); check the path and the "
-                                        "credentials in storage_options") from exc
-                failures.append(label(exc))
-                if attempt == self.retry:
-                    raise DownloadError(f"reading {self.url} failed {len(failures)} time(s): {summary(failures)} "
-                                        f"(last: {type(exc).__name__}: {exc})") from exc
-                time.sleep(backoff(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+
+class _Ranged(io.RawIOBase):
+    """A remote file as a raw stream over :meth:`FileSource.read` (each read bounded, checked and retried)."""
+
+    def __init__(self, source: FileSource) -> None:
+        self.source, self.pos = source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.source.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.source.size - self.pos)
+        if n <= 0:
+            return 0
+        data = self.source.read(self.pos, n)[:n]
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)

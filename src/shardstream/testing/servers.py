@@ -1,5 +1,6 @@
 """Loopback object stores for tests, demos and benchmarks: S3 (moto), GCS (fake-gcs-server), Azure (Azurite),
-plus the plain HTTP server and fault-injecting proxy of :mod:`shardstream.testing.faults`.
+plus the plain HTTP server and fault-injecting proxy of :mod:`shardstream.testing.loopback` (their faults:
+:mod:`shardstream.testing.faults`) and the silent server and closed port of :mod:`shardstream.testing.unreachable`.
 
 Importing this module needs only the standard library; each server imports its emulator or client
 (moto, s3fs, gcsfs, adlfs) when it is started or asked for a filesystem. Every server listens on an
@@ -37,14 +38,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from .faults import FAULT_KINDS, Fault, FaultProxy, Faults, RangeHTTPServer, wait_until_answers
+from .faults import FAULT_KINDS, Fault, Faults
+from .loopback import FaultProxy, RangeHTTPServer, wait_until_answers
+from .unreachable import ClosedPort, SilentServer
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
-    "FAULT_KINDS", "AzuriteServer", "Fault", "FaultProxy", "Faults", "GCSServer", "RangeHTTPServer", "S3Server",
-    "ServerUnavailable", "unique_name",
+    "FAULT_KINDS", "AzuriteServer", "ClosedPort", "Fault", "FaultProxy", "Faults", "GCSServer", "RangeHTTPServer",
+    "S3Server", "ServerUnavailable", "SilentServer", "unique_name",
 ]
 
 AZURITE_ACCOUNT = "devstoreaccount1"
