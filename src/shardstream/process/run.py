@@ -12,8 +12,10 @@ number of readers is *redistributed* first (:func:`redistribute`):
   items made but not yet consumed) is pooled stage by stage and dealt among the new
   readers, and random streams are re-seeded for the new generation.
 
-Every source position is thus read exactly once per epoch, and every item made from it is
-handed to the training loop exactly once, whatever the worlds before and after. The order
+Every source position is thus read exactly once per epoch (a fresh pass's padding, fewer than
+``readers`` positions that repeat the epoch's first samples, included: see :mod:`.source`), and
+every item made from it is handed to the training loop exactly once, whatever the worlds before
+and after, unless the ranks end the pass early together (:mod:`.agree`). The order
 after such a resume differs from the uninterrupted run's (readers draw from other
 buffers); on the same world it is identical.
 
