@@ -6,8 +6,8 @@
 ``jax.distributed`` on the CPU. Then it reads every case of :data:`CASES` named in ``cases`` to its
 end, with no collective of its own (so a rank with a batch more or less shows in its record instead
 of hanging the job), and writes ``<out>/rank<r>.json``: case -> the batches it received, each as the
-list of the ids (or, packed, the tokens) it holds. Case ``resume`` also saves every rank's state at
-step 2 and at the end, and reads on from each into a new loader (see :func:`resume`).
+list of the ids (or, packed, the tokens) it holds. Each case of ``resume`` is read again, saving every
+rank's state at step 2 and at the end, and read on from each in a new loader (see :func:`resume`).
 """
 
 from __future__ import annotations
@@ -85,11 +85,10 @@ def record(batch) -> list:
     return np.asarray(batch["input_ids"]).ravel().tolist()
 
 
-def resume(cfg, gather) -> dict:
-    """The loader of case ``cfg["resume"]`` (over a filtered chain) saves every rank's state after 2 batches and
-    at the end of the epoch (the ranks stop early together), then reads the next epoch; new loaders load each
-    gathered list of states."""
-    case = cfg["resume"]
+def resume(cfg, case: str, gather) -> dict:
+    """The loader of ``case`` (over a filtered chain) saves every rank's state after 2 batches and at the end of
+    the epoch (the ranks stop early together), then reads the next epoch; new loaders load each gathered list
+    of states."""
     first = loader(cfg, case)
     epoch0, mid = [], None
     for batch in first:
@@ -146,7 +145,9 @@ def main() -> None:
     gather, leave = join(cfg)
     out = {}
     for case in cfg["cases"]:
-        out[case] = resume(cfg, gather) if case == "resume" else [record(b) for b in loader(cfg, case)]
+        out[case] = [record(b) for b in loader(cfg, case)]
+    for case in cfg["resume"]:
+        out[f"resume {case}"] = resume(cfg, case, gather)
     with open(os.path.join(cfg["out"], f"rank{cfg['rank']}.json"), "w") as fh:
         json.dump(out, fh)
     gather(None)  # every rank has written its record

@@ -63,9 +63,9 @@ def _warn(ranks: int) -> None:
     _warned = True
     warn_caller(f"the {ranks} ranks of this job may hand out different numbers of batches: the chain has an "
                 "operation that changes the number of items (filter, pack, a batched map) or resumed on another "
-                "world, and no torch.distributed process group or jax.distributed runtime is initialised to "
-                "agree where the epoch ends, so a collective at each step can hang at the end of the epoch; "
-                "initialise one before iterating (torch.distributed.init_process_group, "
+                f"world, and no torch.distributed process group or jax.distributed runtime of {ranks} processes "
+                "is initialised to agree where the epoch ends, so a collective at each step can hang at the end "
+                "of the epoch; initialise one before iterating (torch.distributed.init_process_group, "
                 "jax.distributed.initialize), or stop every rank after the same number of steps",
                 RankBalanceWarning)
 
