@@ -5,7 +5,8 @@
 For each number of ranks, starts that many processes on this machine, joined by torch.distributed
 (gloo over the loopback), and times ``TorchAgreement.all_have(True)`` (one ``all_reduce(MIN)`` of
 one int over the loader's own gloo group), then the same through jax.distributed's key-value store
-with two processes. Prints microseconds per step: the median over the ranks of each rank's mean.
+with two processes. Prints microseconds per step: the median over the ranks of each rank's mean (and, for
+torch, that of a bare ``all_reduce`` on the job's own group, for reference).
 """
 
 from __future__ import annotations
@@ -36,7 +37,16 @@ RANK = textwrap.dedent("""
     t0 = time.perf_counter()
     for _ in range(steps):
         agreement.all_have(True)
-    print(json.dumps({"us": (time.perf_counter() - t0) / steps * 1e6}))
+    out = {"us": (time.perf_counter() - t0) / steps * 1e6}
+    if mode == "torch":  # the bare collective on the job's own group, for reference
+        import torch
+        flag = torch.ones(1, dtype=torch.int32)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        out["bare_us"] = (time.perf_counter() - t0) / steps * 1e6
+    print(json.dumps(out), flush=True)
+    dist.destroy_process_group() if mode == "torch" else jax.distributed.shutdown()
 """)
 
 
@@ -46,17 +56,20 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def measure(mode: str, ranks: int, steps: int) -> float:
+def measure(mode: str, ranks: int, steps: int) -> tuple[float, float]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))
     port = str(_port())
     procs = [subprocess.Popen([sys.executable, "-c", RANK, mode, str(r), str(ranks), port, str(steps)], env=env,
-                              stdout=subprocess.PIPE, text=True) for r in range(ranks)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(ranks)]
+    done = [p.communicate(timeout=600) for p in procs]
+    outs = [o for o, _ in done]
     if any(p.returncode for p in procs):
-        raise SystemExit(f"{mode} with {ranks} ranks failed")
-    means = sorted(json.loads(o.strip().splitlines()[-1])["us"] for o in outs)
-    return means[len(means) // 2]
+        raise SystemExit(f"{mode} with {ranks} ranks failed:\n" + "\n".join(e[-2000:] for _, e in done))
+    found = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    means = sorted(f["us"] for f in found)
+    bare = sorted(f.get("bare_us", 0.0) for f in found)
+    return means[len(means) // 2], bare[len(bare) // 2]
 
 
 def main() -> None:
@@ -66,10 +79,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, {args.steps} steps")
     for ranks in args.ranks:
-        t = time.perf_counter()
-        print(f"torch gloo, {ranks} ranks: {measure('torch', ranks, args.steps):.0f} us per step "
-              f"({time.perf_counter() - t:.0f} s)")
-    print(f"jax key-value store, 2 processes: {measure('jax', 2, max(args.steps // 5, 100)):.0f} us per step")
+        agreed, bare = measure("torch", ranks, args.steps)
+        print(f"torch gloo, {ranks} ranks: {agreed:.0f} us per step (a bare all_reduce: {bare:.0f} us)")
+    print(f"jax key-value store, 2 processes: {measure('jax', 2, max(args.steps // 5, 100))[0]:.0f} us per step")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from .jaxenv import distributed_world as jax_world
 _JAX_WAIT_MS = 30 * 60 * 1000  # torch's default collective timeout for gloo, for a rank that waits on the others
 _ABSENT = 1 << 20  # what a process without a batch adds to a step's counter (more than any number of processes)
 _passes = itertools.count()  # agreed passes of this process: every process of a job counts them alike
-_torch_group: dict = {}  # "world": (the default group it was made for, the gloo group)
+_torch_group: dict = {}  # "group": the gloo group of all ranks (see _gloo_group)
 
 
 def runtime_agreement(ranks: int):
@@ -45,13 +45,20 @@ def runtime_agreement(ranks: int):
 
 
 def _gloo_group():
+    """This module's gloo group of all ranks: made at the first agreement, again after the process group was
+    destroyed. Only the group is kept (keeping the default group alive past ``destroy_process_group`` would
+    have it torn down at interpreter exit, which can abort the process)."""
     import torch.distributed as dist
 
-    world = dist.group.WORLD
-    held = _torch_group.get("world")
-    if held is None or held[0] is not world:  # made again after destroy_process_group / init_process_group
-        held = _torch_group["world"] = (world, dist.new_group(backend="gloo"))
-    return held[1]
+    group = _torch_group.get("group")
+    if group is not None:
+        try:
+            dist.get_backend(group)  # raises once the group was destroyed
+        except (ValueError, RuntimeError):
+            group = None
+    if group is None:
+        group = _torch_group["group"] = dist.new_group(backend="gloo")
+    return group
 
 
 class TorchAgreement:

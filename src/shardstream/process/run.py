@@ -54,7 +54,7 @@ class PassSetup:
     ranks: int
     states: dict = field(default_factory=dict)  # reader -> its state to restore (absent: fresh)
     turn: int = 0  # which of a rank's readers hands on the next batch (DataLoader workers take turns)
-    balanced: bool = False  # every rank hands on as many items as every other, by construction (see below)
+    balanced: bool = False  # every rank hands on as many items as every other, by construction (see .agree)
 
     def reader_for(self, world: World) -> int:
         """The reader ``world``'s process runs: its rank's readers rotated by ``turn``, so that a resumed
