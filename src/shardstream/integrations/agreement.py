@@ -3,8 +3,8 @@
 ``runtime_agreement(ranks)`` picks the job's own runtime, asked only if the process imported it:
 
 - **torch.distributed** (initialised): ``all_reduce(MIN)`` of one int over a gloo process group
-  of all ranks that this module makes once per default group, at the first agreement, which
-  every rank reaches at the same point of its program. A NCCL job thus never syncs its GPU (nor
+  of all ranks that this module makes at the first agreement, which every rank reaches at the
+  same point of its program (and again after the process group was destroyed and made anew). A NCCL job thus never syncs its GPU (nor
   waits behind its own queued GPU collectives) for it. Needs torch's gloo backend.
 - **jax.distributed** (initialised): the coordination service's key-value store, on the CPU,
   with no device computation: each process adds ``1 + (0 if it has a batch else 2**20)`` to the
