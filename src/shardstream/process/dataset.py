@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import xxhash
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
+from .agree import Agreed, agreement_for
 from .maps import MapSpec
 from .ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
-from .agree import Agreed, agreement_for
 from .prefetch import Prefetched
 from .run import KIND, PIPELINE_STATE_VERSION, Run, plan_pass, setup
 
