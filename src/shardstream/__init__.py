@@ -57,6 +57,7 @@ from .sources import (
 )
 
 from .errors import TransformError
+from .process.agree import RankBalanceWarning
 from .process.asyncloader import AsyncDataLoader
 from .process.dataset import IterableDataset
 from .process.interleave import interleave_datasets
@@ -83,7 +84,7 @@ __all__ += [
     "TransformedShardedSource",
 ]
 __all__ += ["IterableDataset", "AsyncDataLoader", "interleave_datasets", "TransformError", "Tokenize",
-            "ChatTemplateTransform", "Pack"]
+            "ChatTemplateTransform", "Pack", "RankBalanceWarning"]
 __all__ += [
     "Pipeline", "PipelineConfig", "DatasetConfig", "TokenizeStageConfig", "MixStageConfig", "PackStageConfig",
     "LoadStageConfig", "SaveStageConfig", "ConfigError", "CacheMismatchError", "cache_to_mds", "read_cache_summary",

@@ -91,7 +91,9 @@ def test_a_loop_slower_than_the_chain_hardly_waits(jsonl_dir, make):
         time.sleep(0.03)  # the training step, far longer than making a batch of 8 rows
         batches += 1
     report = loader.stats()
-    assert report["total"]["batches"] == batches == 75
+    # 600 rows of 8: the thread's one reader makes 75 batches; two DataLoader workers are dealt 300 rows each
+    # and each ends with its own short batch: 2 x 38
+    assert report["total"]["batches"] == batches == (76 if make is pipeline_loader else 75)
     assert report["total"]["stall_fraction"] < 0.2
     assert not report["stalled"]
 

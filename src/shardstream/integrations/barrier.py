@@ -2,8 +2,9 @@
 that synchronise their ranks (one writes a dataset, the others wait) as mosaicml-streaming's
 ``streaming.base.distributed.barrier`` lets them.
 
-shardstream itself never waits on other ranks (each computes its own part of the plan); this is
-only for user code. Without an initialised process group (one process, or torch never imported)
+shardstream's reading never waits on other ranks (each computes its own part of the plan), except
+where a processing chain's ranks agree on where an epoch ends (:mod:`shardstream.process.agree`);
+this is for user code. Without an initialised process group (one process, or torch never imported)
 there is nothing to wait for and it returns at once.
 """
 

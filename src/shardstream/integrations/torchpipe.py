@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
+from ..process.agree import Agreed, agreement_for
 from ..process.run import setup
 from ..stats.loaders import LoaderStatsMixin, timed_items
 from .tensors import converter, to_numpy
@@ -63,7 +64,7 @@ class ChainBatches(IterableDataset):
 
     def _stamps(self) -> Iterator[Stamp]:
         chain = self.chain
-        it = chain.run_pass(self.ticket)
+        it = chain.run_pass(self.ticket, agree=False)  # the loader agrees for its workers (see PipelineDataLoader)
         _, run, reader = chain._active
         for item in it:
             yield Stamp(item, reader, run.state())
@@ -96,6 +97,7 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         self._setup = None
         self._states: dict = {}
         self._finished = False
+        self._agreed: Optional[Agreed] = None  # the pass in progress, when its ranks agree where it ends
         super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
         self.dataset.stats = config is not None
         slot = max(_CHAIN_SLOT, slot_estimate(chain.root, batch_size or 1)) if chain.root.shards else _CHAIN_SLOT
@@ -119,12 +121,16 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         n = len(chain.specs)
         self._states = {j: made.states.get(j) or made.fresh_state(j, n)
                         for j in range(first, first + max(self.num_workers, 1))}
-        return self._count(it) if self._loop_stats is None else self._count_timed(it)
+        stamps = self._unbundled(it)
+        agreement = agreement_for(made, world, chain.root.world is not None)
+        self._agreed = None if agreement is None else Agreed(stamps, agreement)
+        stamps = stamps if self._agreed is None else self._agreed
+        return self._count(stamps) if self._loop_stats is None else self._count_timed(stamps)
 
-    def _count_timed(self, it) -> Iterator[Any]:
+    def _count_timed(self, stamps) -> Iterator[Any]:
         """:meth:`_count`, timing the loop's waits for the stats."""
         meter = self._loop_stats
-        for stamp, asked, got in timed_items(self._unbundled(it), meter):
+        for stamp, asked, got in timed_items(stamps, meter):
             self._states[stamp.reader] = stamp.state
             self._handed += 1
             batch = self._received(stamp.item)
@@ -132,8 +138,8 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
             yield batch
         self._finished = True
 
-    def _count(self, it) -> Iterator[Any]:
-        for stamp in self._unbundled(it):
+    def _count(self, stamps) -> Iterator[Any]:
+        for stamp in stamps:
             self._states[stamp.reader] = stamp.state
             self._handed += 1
             yield self._received(stamp.item)
@@ -150,7 +156,8 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         if made is None:
             return self.chain.state_dict()
         fp = self.chain.fingerprint()
-        if self._finished and made.readers == len(self._states):
+        agreed_end = self._agreed is not None and self._agreed.ended  # every rank ended the pass here
+        if agreed_end or (self._finished and made.readers == len(self._states)):
             return {**self.chain.state_dict(), "epoch": made.epoch, "complete": True}
         states = dict(self._states)
         if self._finished:  # this rank's workers all ended their pass

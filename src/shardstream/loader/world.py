@@ -14,7 +14,8 @@ The ranks come from, in this order:
 5. else a single process.
 
 The DataLoader worker (id and count) is always taken from torch when running in one.
-The library never initialises a process group and never issues a collective.
+The library never initialises a process group; the one collective it issues is a processing chain's
+agreement on where an epoch ends (:mod:`shardstream.process.agree`).
 """
 
 from __future__ import annotations

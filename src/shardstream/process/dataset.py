@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import xxhash
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
+from .agree import Agreed, PassEnd, agreement_for
 from .maps import MapSpec
 from .ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
 from .prefetch import Prefetched
@@ -35,6 +36,7 @@ class IterableDataset:
         self._next_epoch = 0
         self._loaded: Optional[dict] = None
         self._active = None  # (setup, run or prefetch producer, reader)
+        self._agreed: Optional[PassEnd] = None  # the pass in progress, when its ranks agree where it ends
         self._fingerprint: Optional[str] = None
 
     def _with(self, spec=None, **changes) -> "IterableDataset":
@@ -142,9 +144,11 @@ class IterableDataset:
         self._loaded = None
         return self.run_pass(ticket)
 
-    def run_pass(self, ticket: tuple, meter=None) -> Iterator[Any]:
+    def run_pass(self, ticket: tuple, meter=None, agree: bool = True) -> Iterator[Any]:
         """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader;
-        ``meter``: the prefetch thread stamps each item with its loader stats (see :mod:`.prefetch`)."""
+        ``meter``: the prefetch thread stamps each item with its loader stats (see :mod:`.prefetch`).
+        ``agree``: a chain of batches on several ranks ends its pass on every rank at the same step (see
+        :mod:`.agree`); False where a loader agrees for it (``StreamingDataLoader`` over a chain)."""
         self.close()
         world = self.root.detect_world()
         made = setup(self.root, self.specs, world, *ticket)
@@ -153,17 +157,29 @@ class IterableDataset:
         run = Run(self.root, self.specs, made, reader)
         convert = self._convert()
         if self._prefetch:
-            fetched = Prefetched(run, self._prefetch, convert, meter)
-            self._active = (made, fetched.producer, reader)  # not the iterator: dropping it stops the thread
-            return fetched
-        self._active = (made, run, reader)
-        return _items(run, convert)
+            it = Prefetched(run, self._prefetch, convert, meter)
+            self._active = (made, it.producer, reader)  # not the iterator: dropping it stops the thread
+        else:
+            self._active = (made, run, reader)
+            it = _items(run, convert)
+        agreement = agreement_for(made, world, self.root.world is not None) if agree and self.batched else None
+        if agreement is None:
+            return it
+        agreed = Agreed(it, agreement)
+        self._agreed = agreed.end  # not the iterator either
+        return agreed
+
+    @property
+    def batched(self) -> bool:
+        """Whether the chain hands on batches (it has a ``batch``): one training step per item."""
+        return any(isinstance(spec, BatchSpec) for spec in self.specs)
 
     def close(self) -> None:
         """Stop the pass in progress (its threads and pins)."""
         if self._active is not None:
             self._active[1].close()
             self._active = None
+        self._agreed = None
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run ``epoch`` from its start."""
@@ -187,6 +203,8 @@ class IterableDataset:
         With several ranks each rank's state holds its own readers: save every rank's and load the
         list of them (``load_state_dict([s0, s1, ...])``) on any world."""
         fp = self.fingerprint()
+        if self._agreed is not None and self._agreed.ended:  # every rank ended the pass here
+            return _boundary(fp, self._active[0].epoch, complete=True)
         if self._active is not None:
             made, it, reader = self._active
             state = made.full_state({reader: it.state()}, fp)

@@ -348,6 +348,12 @@ class MapSpec:
         self.lookahead = lookahead
         self.stage = MapStage if op == "map" else FilterStage
 
+    @property
+    def keeps_count(self) -> bool:
+        """One row out per row in: a row-at-a-time ``map`` that skips no errors (a batched function may
+        return another number of rows; a filter drops rows)."""
+        return self.op == "map" and not self.batched and not self.skip_errors
+
     def merge(self, row: dict, made: Any) -> dict:
         if made is None:
             made = {}

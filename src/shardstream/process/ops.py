@@ -111,6 +111,8 @@ class ShuffleStage(Stage):
 
 
 class ShuffleSpec:
+    keeps_count = True  # every item it takes, it hands on
+
     def __init__(self, seed: Optional[int], buffer_size: int) -> None:
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise InvalidArgumentError(f"shuffle(buffer_size={buffer_size!r}) must be an int >= 1")
@@ -166,6 +168,8 @@ class CountStage(Stage):
 
 
 class CountSpec:
+    keeps_count = True  # per rank: every rank's readers share the same n alike
+
     def __init__(self, op: str, n: int) -> None:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise InvalidArgumentError(f"{op}(n={n!r}) must be an int >= 0")
@@ -206,6 +210,8 @@ def collate(rows: list[dict]) -> dict:
 
 
 class BatchSpec:
+    keeps_count = True  # one batch per batch_size items of a reader, on every reader alike
+
     def __init__(self, batch_size: int, drop_last_batch: bool) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidArgumentError(f"batch(batch_size={batch_size!r}) must be an int >= 1")
@@ -236,6 +242,8 @@ class RowStage(Stage):
 
 
 class RowSpec:
+    keeps_count = True  # one value per value
+
     def __init__(self, desc: dict, fn) -> None:
         self.desc, self.fn = desc, fn
 

@@ -12,8 +12,10 @@ number of readers is *redistributed* first (:func:`redistribute`):
   items made but not yet consumed) is pooled stage by stage and dealt among the new
   readers, and random streams are re-seeded for the new generation.
 
-Every source position is thus read exactly once per epoch, and every item made from it is
-handed to the training loop exactly once, whatever the worlds before and after. The order
+Every source position is thus read exactly once per epoch (a fresh pass's padding, fewer than
+``readers`` positions that repeat the epoch's first samples, included: see :mod:`.source`), and
+every item made from it is handed to the training loop exactly once, whatever the worlds before
+and after, unless the ranks end the pass early together (:mod:`.agree`). The order
 after such a resume differs from the uninterrupted run's (readers draw from other
 buffers); on the same world it is identical.
 
@@ -52,6 +54,7 @@ class PassSetup:
     ranks: int
     states: dict = field(default_factory=dict)  # reader -> its state to restore (absent: fresh)
     turn: int = 0  # which of a rank's readers hands on the next batch (DataLoader workers take turns)
+    balanced: bool = False  # every rank hands on as many items as every other, by construction (see .agree)
 
     def reader_for(self, world: World) -> int:
         """The reader ``world``'s process runs: its rank's readers rotated by ``turn``, so that a resumed
@@ -107,20 +110,37 @@ def setup(root, specs, world: World, next_epoch: int, loaded: Optional[dict]) ->
     elif loaded is not None:  # at an epoch's start, or after a complete one
         next_epoch = int(loaded["epoch"]) + int(bool(loaded.get("complete")))
     plan, source = plan_pass(root, next_epoch)
-    grid = Grid(plan.origin, plan.end, DEFAULT_BLOCK, readers)
-    return PassSetup(next_epoch, plan, source, grid, 0, readers, ranks)
+    grid = Grid.even(plan.origin, plan.end, DEFAULT_BLOCK, readers, remainder_of(root))
+    return PassSetup(next_epoch, plan, source, grid, 0, readers, ranks, balanced=keeps_count(specs))
+
+
+def remainder_of(root) -> str:
+    """How a fresh grid evens out the readers' shares: ``"drop"`` with the root's ``epoch_tail="drop"``, else
+    ``"pad"`` (see :mod:`.source`)."""
+    return "drop" if getattr(root.options, "epoch_tail", "pad") == "drop" else "pad"
+
+
+def keeps_count(specs) -> bool:
+    """Whether every operation makes as many items from equal shares (see each spec's ``keeps_count``): then
+    readers dealt equal shares hand on equally many items, and ranks equally many batches."""
+    return all(getattr(spec, "keeps_count", False) for spec in specs)
 
 
 def _continued(loaded: dict, plan, source: dict, specs, readers: int, ranks: int, rank: int) -> PassSetup:
     g = loaded["grid"]
     old = int(g["readers"])
     states = {int(j): s for j, s in loaded["readers"].items()}
-    grid = Grid(int(g["anchor"]), plan.end, int(g["block"]), old, g.get("skip") or None)
+    grid = Grid(int(g["anchor"]), int(g.get("end", plan.end)), int(g["block"]), old, g.get("skip") or None,
+                g.get("tail"))
     if old == readers:
         turns = loaded.get("turns") or {}
         turn = int(turns.get(str(rank), 0))
-        return PassSetup(int(loaded["epoch"]), plan, source, grid, int(g.get("generation", 0)), readers, ranks,
-                         states, turn)
+        generation = int(g.get("generation", 0))
+        # the same split into ranks, continued from a balanced pass, stays balanced
+        balanced = (keeps_count(specs) and generation == 0 and grid.balanced
+                    and int(loaded.get("ranks", 0)) == ranks)
+        return PassSetup(int(loaded["epoch"]), plan, source, grid, generation, readers, ranks, states, turn,
+                         balanced)
     new_grid, new_states = redistribute(grid, [states[j] for j in range(old)], specs, readers)
     return PassSetup(int(loaded["epoch"]), plan, source, new_grid, int(g.get("generation", 0)) + 1, readers,
                      ranks, new_states)
@@ -134,7 +154,7 @@ def redistribute(grid: Grid, states: list[dict], specs, readers: int) -> tuple[G
     for j, f in enumerate(frontiers):
         ahead.append(grid.owned(j, anchor, f))
     skip = np.unique(np.concatenate(ahead)) if ahead else None
-    new_grid = Grid(anchor, grid.end, grid.block, readers, skip)
+    new_grid = Grid.even(anchor, grid.end, grid.block, readers, "keep", skip)
     out = {j: {"frontier": new_grid.first(j), "stages": [], "pending": []} for j in range(readers)}
     for i, spec in enumerate(specs):
         shares = spec.stage.redistribute([s["stages"][i] for s in states], readers)

@@ -13,8 +13,14 @@ fresh chains on every world:
 
 - on the world it was saved on, the items from there on must equal the run's, item for item;
 - on any other world, the items before the save and after it together must hold exactly the
-  atoms of one whole pass (``atoms(item)``: what an item is made of, e.g. a row's id, or a
-  pack's tokens): nothing repeated, nothing lost.
+  atoms of the saved world's whole pass (``atoms(item)``: what an item is made of, e.g. a row's
+  id, or a pack's tokens): nothing repeated, nothing lost.
+
+And every world's whole pass holds exactly the atoms of one reader's, unless the world's readers
+do not divide the epoch: a pass deals every reader as many positions, padding the epoch with
+fewer than ``readers`` of its first samples (or, with ``epoch_tail="drop"``, leaving out fewer
+than ``readers``), and then it holds every atom of one reader's pass and only repeats of them
+(or only atoms of it, none twice).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ def check_chain_resumes(make: Callable[[World], Any], worlds: Iterable[tuple[int
     saves = resumes = compared = 0
     for saved_on in worlds:
         items, _ = run_world(make, saved_on)
+        whole_pass = Counter(a for item in items for a in atoms(item))
+        _check_pass(whole_pass, expected, padding(make, saved_on), f"a whole pass on world {saved_on}")
         chosen = range(len(items) + 1) if steps is None else steps
         _, saved = run_world(make, saved_on, save_at=chosen)
         for step, (done, states) in sorted(saved.items()):
@@ -98,11 +106,34 @@ def check_chain_resumes(make: Callable[[World], Any], worlds: Iterable[tuple[int
                     _same([key(i) for i in after], [key(i) for i in items[done:]], what)
                 else:
                     got = Counter(a for item in before + after for a in atoms(item))
-                    if got != expected:
-                        extra, lost = got - expected, expected - got
+                    if got != whole_pass:
+                        extra, lost = got - whole_pass, whole_pass - got
                         raise AssertionError(f"{what}: {sum(extra.values())} atoms repeated (e.g. "
                                              f"{list(extra)[:3]}), {sum(lost.values())} lost (e.g. {list(lost)[:3]})")
     return ChainResumeReport(saves, resumes, compared)
+
+
+def padding(make: Callable[[World], Any], world: tuple[int, int, int]) -> int:
+    """Positions a fresh pass on ``world`` adds to the epoch (> 0: padded) or leaves out (< 0: dropped)."""
+    from ..process.run import setup
+
+    first = readers_of(world)[0]
+    chain = make(first)
+    made = setup(chain.root, chain.specs, first, 0, None)
+    return made.grid.end - made.plan.end
+
+
+def _check_pass(got: Counter, expected: Counter, pad: int, what: str) -> None:
+    extra, lost = got - expected, expected - got
+    if pad == 0 and (extra or lost):
+        raise AssertionError(f"{what}: {sum(extra.values())} atoms repeated (e.g. {list(extra)[:3]}), "
+                             f"{sum(lost.values())} lost (e.g. {list(lost)[:3]}) in an epoch its readers divide")
+    if pad > 0 and (lost or set(extra) - set(expected)):
+        raise AssertionError(f"{what}, padded by {pad} positions: {sum(lost.values())} atoms lost (e.g. "
+                             f"{list(lost)[:3]}), atoms {sorted(set(extra) - set(expected))[:3]} not in the data")
+    if pad < 0 and extra:
+        raise AssertionError(f"{what}, {-pad} positions dropped: {sum(extra.values())} atoms repeated (e.g. "
+                             f"{list(extra)[:3]})")
 
 
 def _same(got: list, expected: list, what: str) -> None:
