@@ -9,8 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,9 +17,9 @@ import pytest
 from shardstream import StreamingDataset
 from shardstream.errors import DownloadError, FileChangedError
 from shardstream.testing.servers import ClosedPort, SilentServer
+from shardstream.testing.unreachable import open_in_child
 
 N = 300
-CHILD_LIMIT_S = 90  # a hang guard: a child still opening after this long fails the test
 
 
 def _rows(start: int, stop: int) -> list[dict]:
@@ -108,48 +106,16 @@ def test_a_stalled_read_while_describing_is_cut_at_the_timeout(s3_server, remote
 
 
 # -- listing: a store that never answers, a closed port, refused credentials -----------------------------------------
-OPEN_IN_CHILD = """
-import json, sys, time
-from shardstream import StreamingDataset, load_dataset
-from shardstream.errors import ShardstreamError
-args = json.loads(sys.argv[1])
-builder = args.pop("builder")
-start = time.monotonic()
-try:
-    if builder:
-        load_dataset(builder, **args)
-    else:
-        StreamingDataset(**args)
-    out = {"error": None}
-except Exception as exc:
-    out = {"error": type(exc).__name__, "typed": isinstance(exc, ShardstreamError), "message": str(exc)}
-out["seconds"] = time.monotonic() - start
-print(json.dumps(out))
-"""
-
-
-def _open_in_child(**kwargs) -> dict:
-    """The open in a fresh interpreter, killed after CHILD_LIMIT_S (a regression that hangs fails here
-    instead of stalling the suite): what it raised, and how long it took."""
-    try:
-        done = subprocess.run([sys.executable, "-c", OPEN_IN_CHILD, json.dumps(kwargs)], capture_output=True,
-                              text=True, timeout=CHILD_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"opening {kwargs} was still running after {CHILD_LIMIT_S} s")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("how", ["glob", "load_dataset"])
 def test_listing_a_store_that_never_answers_ends_in_a_download_error(tmp_path, how):
     with SilentServer() as silent:
         if how == "glob":
             where = "s3://bucket/files/*.parquet"
-            got = _open_in_child(builder=None, remote=where, local=str(tmp_path / "cache"),
+            got = open_in_child(remote=where, local=str(tmp_path / "cache"),
                                  storage_options=_s3_options(silent.url), download_timeout=1, download_retry=1)
         else:
             where = "s3://bucket/files/b.jsonl"
-            got = _open_in_child(builder="json", data_files=where, storage_options=_s3_options(silent.url),
+            got = open_in_child(builder="json", data_files=where, storage_options=_s3_options(silent.url),
                                  download_timeout=1, download_retry=1)
     assert got["error"] == "DownloadError" and got["typed"], got
     assert f"listing {where} failed 2 time(s): timed out x2" in got["message"], got

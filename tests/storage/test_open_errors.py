@@ -5,10 +5,7 @@ real loopback endpoints: a TCP server that never answers, a closed port, a proxy
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -16,9 +13,9 @@ from shardstream import StreamingDataset
 from shardstream.errors import DownloadError
 from shardstream.testing import write_dataset
 from shardstream.testing.servers import ClosedPort, SilentServer
+from shardstream.testing.unreachable import open_in_child
 
 N = 50
-CHILD_LIMIT_S = 90  # a hang guard: a child still opening after this long fails the test
 
 
 def _source(root) -> str:
@@ -30,41 +27,12 @@ def _s3_options(endpoint: str) -> dict:
             "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
 
 
-OPEN_IN_CHILD = """
-import json, sys, time
-from shardstream import StreamingDataset
-from shardstream.errors import ShardstreamError
-args = json.loads(sys.argv[1])
-start = time.monotonic()
-try:
-    StreamingDataset(**args)
-    out = {"error": None}
-except Exception as exc:
-    out = {"error": type(exc).__name__, "typed": isinstance(exc, ShardstreamError), "message": str(exc)}
-out["seconds"] = time.monotonic() - start
-print(json.dumps(out))
-"""
-
-
-def _open_in_child(**kwargs) -> dict:
-    """``StreamingDataset(**kwargs)`` in a fresh interpreter, killed after CHILD_LIMIT_S (a regression that hangs
-    fails here instead of stalling the suite): what it raised, and how long it took."""
-    try:
-        done = subprocess.run([sys.executable, "-c", OPEN_IN_CHILD, json.dumps(kwargs)], capture_output=True,
-                              text=True, timeout=CHILD_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"opening {kwargs['remote']} was still running after {CHILD_LIMIT_S} s with "
-                    f"download_timeout={kwargs['download_timeout']}, download_retry={kwargs['download_retry']}")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("store", ["s3", "http"])
 def test_a_store_that_never_answers_ends_the_open_in_a_download_error(tmp_path, store):
     with SilentServer() as silent:
         remote = "s3://bucket/ds" if store == "s3" else f"{silent.url}/ds"
         options = _s3_options(silent.url) if store == "s3" else None
-        got = _open_in_child(remote=remote, local=str(tmp_path / "cache"), storage_options=options,
+        got = open_in_child(remote=remote, local=str(tmp_path / "cache"), storage_options=options,
                              download_timeout=1, download_retry=1)
         assert silent.accepted >= 2  # the requests were made, and left unanswered
     assert got["error"] == "DownloadError" and got["typed"], got

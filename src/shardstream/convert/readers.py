@@ -142,18 +142,26 @@ def _json(file: InputFile, storage_options, schema, kind: str):
 
 def numbered_lines(file: InputFile, storage_options: Optional[dict]) -> Iterator[tuple[int, bytes]]:
     """``(number from 1, line)`` of every line of the (decompressed) file, read a block at a time."""
-    number, tail = 0, b""
+    number = 0
     with open_stream(file, storage_options) as (stream, _):
-        while True:
-            block = stream.read(BLOCK_SIZE)
-            if not block:
-                break
-            lines = (tail + block).split(b"\n")
-            tail = lines.pop()
+        for lines in line_blocks(stream):
             for number, line in enumerate(lines, number + 1):
                 yield number, line
+
+
+def line_blocks(stream) -> Iterator[list]:
+    """The lines of ``stream`` (without their ``\\n``), a list per block of :data:`BLOCK_SIZE` bytes read; a
+    last line without its ``\\n`` comes last, alone."""
+    tail = b""
+    while True:
+        block = stream.read(BLOCK_SIZE)
+        if not block:
+            break
+        lines = (tail + block).split(b"\n")
+        tail = lines.pop()
+        yield lines
     if tail:
-        yield number + 1, tail
+        yield [tail]
 
 
 def _json_array(file: InputFile, storage_options):
@@ -193,17 +201,9 @@ def _csv(file: InputFile, storage_options, schema):
 def _text(file: InputFile, storage_options, batch_rows: int):
     """One row per line, ``{"text": line}`` (the line ending is not part of the text)."""
     pa = pyarrow()
-    tail = b""
     with open_stream(file, storage_options) as (stream, raw):
-        while True:
-            block = stream.read(BLOCK_SIZE)
-            if not block:
-                break
-            lines = (tail + block).split(b"\n")
-            tail = lines.pop()
+        for lines in line_blocks(stream):
             yield from _text_batches(lines, batch_rows, raw.tell(), file)
-        if tail:
-            yield from _text_batches([tail], batch_rows, raw.tell(), file)
     del pa
 
 

@@ -4,14 +4,17 @@ listens on (an unreachable endpoint). Standard library only; both bind 127.0.0.1
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["ClosedPort", "SilentServer"]
+__all__ = ["ClosedPort", "SilentServer", "open_in_child"]
 
 
 class SilentServer:
@@ -96,3 +99,41 @@ class ClosedPort:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: seconds an :func:`open_in_child` child may run: a hang guard, not a timing
+OPEN_LIMIT_S = 90
+
+_OPEN = """
+import json, sys, time
+from shardstream import StreamingDataset, load_dataset
+from shardstream.errors import ShardstreamError
+args = json.loads(sys.argv[1])
+builder = args.pop("builder")
+start = time.monotonic()
+try:
+    if builder:
+        load_dataset(builder, **args)
+    else:
+        StreamingDataset(**args)
+    out = {"error": None}
+except Exception as exc:
+    out = {"error": type(exc).__name__, "typed": isinstance(exc, ShardstreamError), "message": str(exc)}
+out["seconds"] = time.monotonic() - start
+print(json.dumps(out))
+"""
+
+
+def open_in_child(builder: Optional[str] = None, limit_s: float = OPEN_LIMIT_S, **kwargs) -> dict:
+    """``StreamingDataset(**kwargs)``, or ``load_dataset(builder, **kwargs)``, opened in a fresh interpreter
+    killed after ``limit_s`` seconds: ``{"error": the exception's class name or None, "typed": whether it is a
+    ShardstreamError, "message", "seconds"}``. A child still opening at the limit raises ``AssertionError``,
+    so that a regression that hangs fails a test instead of stalling the suite."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _OPEN, json.dumps({"builder": builder, **kwargs})],
+                              capture_output=True, text=True, timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"opening {kwargs} was still running after {limit_s} s") from None
+    if done.returncode != 0:
+        raise AssertionError(f"the child opening {kwargs} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
