@@ -587,12 +587,7 @@ def main() -> None:
         if wrong:
             log(f"!! stream-mixing section: failed or wrong: {', '.join(wrong)}")
     if args.files_rows_per_file:
-        R["files"] = bench_files.run_files(os.path.join(work, "files"), args.peer_python, args.files_rows_per_file,
-                                           limit=args.files_limit or None, repeats=args.files_repeats,
-                                           keep_data=args.keep_data)
-        wrong = bench_files.failed(R["files"])
-        if wrong:
-            log(f"!! Parquet / JSONL section: failed or wrong: {', '.join(wrong)}")
+        R["files"] = _run_files(args, work)
     if args.pipeline_docs:
         R["pipeline"] = _run_pipeline(args)
     if args.convert_rows:
@@ -615,6 +610,16 @@ def main() -> None:
         print(f"  {status(s['met']).strip('*'):8s} {s['ratio']:>28s}  {s['target']}")
     if any(R.get(s, {}).get("error") for s in sides):
         sys.exit(1)
+
+
+def _run_files(args, work: str = "") -> dict:
+    R = bench_files.run_files(os.path.join(work or os.path.abspath(args.work), "files"), args.peer_python,
+                              args.files_rows_per_file, limit=args.files_limit or None, repeats=args.files_repeats,
+                              keep_data=args.keep_data)
+    wrong = bench_files.failed(R)
+    if wrong:
+        log(f"!! Parquet / JSONL section: failed or wrong: {', '.join(wrong)}")
+    return R
 
 
 def _run_pipeline(args) -> dict:
@@ -668,7 +673,8 @@ def _needs_gpu_json(args) -> dict:
 
 
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
-ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
+ONLY = {"files": ("files", _run_files, bench_files.markdown),
+        "pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
         "textshards": ("textshards", _run_textshards, bench_textshards.markdown),
         "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown),
@@ -677,7 +683,7 @@ ONLY = {"pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
 
 
 def run_only(args) -> None:
-    """``--only pipeline`` / ``convert`` / ``textshards`` / ``loaderstats`` / ``handoff``: that section alone,
+    """``--only files`` / ``pipeline`` / ``convert`` / ``textshards`` / ``loaderstats`` / ``handoff``: that section alone,
     merged into the raw results of the last full run (the other
     sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
     results, --out gets the section alone."""
