@@ -272,7 +272,7 @@ def source_identity(root) -> dict:
     h = xxhash.xxh64()
     for store in root.table.stores:
         for shard in store.shards:
-            if hasattr(shard, "version"):  # a piece of a data file
+            if hasattr(shard, "file"):  # a piece of a data file (an MDS shard's `version` is its format's)
                 h.update(f"{shard.file}|{shard.version}|{shard.start}|{shard.stop}|{shard.samples}\n".encode())
             else:
                 info = store.format.resident_file(shard)
