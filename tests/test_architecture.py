@@ -125,3 +125,26 @@ def test_plan_imports_numpy_only():
         if bad:
             offenders[str(p)] = sorted(bad)
     assert _files("plan") and offenders == {}
+
+
+#: The thread loaders and what they run a chain through: none of them reaches into another object's privates.
+THREAD_LOADERS = ("loader/threadloader.py", "loader/batches.py", "integrations/jax.py", "process/asyncloader.py",
+                  "process/chainpass.py")
+
+
+def _foreign_private_attributes(path: pathlib.Path) -> list[str]:
+    """``x._y`` where ``x`` is not ``self`` or ``cls`` (dunder names such as ``__name__`` are public)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                out.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_thread_loaders_use_only_public_attributes_of_other_objects():
+    """A loader that reads or writes a chain's ``_next_epoch`` or ``_loaded`` breaks when the chain changes; it
+    asks through public methods (``take_pass``, ``prefetch_depth``, ``state_dict``)."""
+    offenders = {f: _foreign_private_attributes(PKG / f) for f in THREAD_LOADERS}
+    assert {f: found for f, found in offenders.items() if found} == {}

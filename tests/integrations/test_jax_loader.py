@@ -165,6 +165,84 @@ def check_state_and_resume(path: str) -> None:
     assert head + [b["id"].tolist() for b in resumed] == ref
 
 
+def _keep(row) -> bool:
+    return row["id"] % 3 != 0
+
+
+def _doubled(batch) -> dict:
+    """A batched map that changes the row count: rows whose id is even come twice."""
+    ids = [i for i in batch["id"] for _ in range(1 + (i % 2 == 0))]
+    return {"id": ids, "x": [batch["x"][batch["id"].index(i)] for i in ids]}
+
+
+def _chain(path: str):
+    """A filter and a batched map over the dataset: 40 rows kept, 60 after the map."""
+    return _make(path).filter(_keep).map(_doubled, batched=True, batch_size=10, input_columns=None,
+                                         remove_columns=["tokens", "s", "w"])
+
+
+def check_chain_batches_as_sharded_jax_arrays(path: str) -> None:
+    import jax
+
+    from shardstream.integrations.jax import JaxLoader
+
+    rows = list(_chain(path))
+    sharding = _sharding()
+    got = list(JaxLoader(_chain(path), sharding=sharding, prefetch=3))
+    assert len(got) == len(rows) // _batch_size() > 3
+    for name in ("id", "x"):
+        assert all(isinstance(b[name], jax.Array) and b[name].sharding.is_equivalent_to(sharding, b[name].ndim)
+                   for b in got), name
+    assert [i for b in got for i in np.asarray(b["id"]).tolist()] == [r["id"] for r in rows]
+    np.testing.assert_array_equal(np.concatenate([np.asarray(b["x"]) for b in got]), np.stack([r["x"] for r in rows]))
+
+
+def check_chain_resumes_exactly(path: str) -> None:
+    from shardstream.integrations.jax import JaxLoader
+
+    full = [np.asarray(b["id"]).tolist() for b in JaxLoader(_chain(path), sharding=_sharding())]
+    first = JaxLoader(_chain(path), sharding=_sharding(), prefetch=4)
+    head = []
+    for j, batch in enumerate(first):
+        head.append(np.asarray(batch["id"]).tolist())
+        if j == 2:
+            time.sleep(0.2)  # batches made ahead, not consumed
+            break
+    state = json.loads(json.dumps(first.state_dict()))
+    first.close()
+    again = JaxLoader(_chain(path), sharding=_sharding())
+    again.load_state_dict(state)
+    assert head + [np.asarray(b["id"]).tolist() for b in again] == full and len(full) > 3
+
+
+def check_source_on_one_device(path: str) -> None:
+    import tempfile
+
+    import jax
+
+    from shardstream import JsonShardedSource
+    from shardstream.integrations.jax import JaxLoader
+    from shardstream.testing.datasets import write_text_rows
+
+    rows = write_text_rows(tempfile.mkdtemp(), files=2, rows=30)
+    device = jax.devices()[-1]
+    want = [b["id"].tolist() for b in JsonShardedSource(f"{rows}/*.jsonl").dataset(batch_size=4).iterate_batches()]
+
+    def loader():
+        return JaxLoader(JsonShardedSource(f"{rows}/*.jsonl"), batch_size=4, columns=["id"], device=device)
+    got = list(loader())
+    assert all(b["id"].devices() == {device} for b in got)
+    assert [np.asarray(b["id"]).tolist() for b in got] == want and len(want) == 15
+    first = loader()
+    it = iter(first)
+    head = [np.asarray(next(it)["id"]).tolist() for _ in range(4)]
+    state = first.state_dict()
+    first.close()
+    again = loader()
+    again.load_state_dict(state)
+    assert head + [np.asarray(b["id"]).tolist() for b in again] == want
+
+
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 _CHILD = r"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -46,3 +47,58 @@ def test_errors_reach_the_loop(jsonl_dir):
     loader = ss.AsyncDataLoader(ss.StreamingDataset(local=jsonl_dir).map(boom), batch_size=4)
     with pytest.raises(ss.TransformError, match="no"):
         next(iter(loader))
+
+
+def _tokens(batch):
+    return {"input_ids": [np.arange(len(t.split()), dtype=np.int32) + 100 * i
+                          for t, i in zip(batch["text"], batch["id"])]}
+
+
+def _record(batch) -> list:
+    return np.asarray(batch["input_ids"] if "input_ids" in batch else batch["id"]).ravel().tolist()
+
+
+def _resumed(make, stop: int) -> tuple[list, list]:
+    """The straight run's batches, and a run stopped after ``stop`` batches (its state taken with batches made
+    ahead) continued by a new loader."""
+    full = [_record(b) for b in make()]
+    first = make()
+    it = iter(first)
+    head = [_record(next(it)) for _ in range(stop)]
+    time.sleep(0.2)  # the thread fills its buffer
+    state = json.loads(json.dumps(first.state_dict()))
+    first.close()
+    again = make()
+    again.load_state_dict(state)
+    return full, head + [_record(b) for b in again]
+
+
+def test_a_filtered_packed_chain_resumes_exactly(jsonl_dir):
+    def make():
+        chain = (ss.StreamingDataset(local=jsonl_dir).filter(lambda r: r["id"] % 3 != 0)
+                 .map(_tokens, batched=True, batch_size=16, remove_columns=["id", "text"]).pack(seq_len=24))
+        return ss.AsyncDataLoader(chain, batch_size=4, prefetch_buffer_size=3, shuffle_buffer_size=10, seed=1)
+    full, resumed = _resumed(make, 5)
+    assert len(full) > 5 and all(len(b) == 4 * 24 for b in full[:-1])
+    assert resumed == full
+
+
+def test_a_source_resumes_exactly_and_set_epoch(jsonl_dir):
+    def make():
+        return ss.AsyncDataLoader(ss.JsonShardedSource(f"{jsonl_dir}/*.jsonl"), batch_size=8, prefetch_buffer_size=4)
+    full, resumed = _resumed(make, 9)
+    assert resumed == full and sorted(i for b in full for i in b) == sorted(
+        r["id"] for r in ss.StreamingDataset(local=jsonl_dir))
+    loader = make()
+    next(iter(loader))
+    loader.set_epoch(0)  # the pass in progress is dropped: the state is epoch 0's start again
+    assert loader.state_dict()["epoch"] == 0 and not loader.state_dict()["complete"]
+    assert [_record(b) for b in loader] == full
+
+
+def test_prefetch_off_makes_batches_in_the_loop_and_resumes(jsonl_dir):
+    def make():
+        return ss.AsyncDataLoader(ss.StreamingDataset(local=jsonl_dir).filter(lambda r: r["id"] % 2 == 0),
+                                  batch_size=8, prefetch_enabled=False)
+    full, resumed = _resumed(make, 3)
+    assert resumed == full

@@ -202,3 +202,21 @@ def test_a_buffer_draws_a_new_order_each_epoch_and_resumes_in_it(jsonl_dir):
         resumed = make()
         resumed.load_state_dict(state)
         assert head + [r["id"] for r in resumed] == e1
+
+
+def test_a_chain_over_mds_shards_saves_its_state_mid_pass(tmp_path):
+    """An MDS shard's index entry has a ``version`` (its format's), which is no data file's piece."""
+    with ss.MDSWriter(out=str(tmp_path / "ds"), columns={"id": "int"}, size_limit=200) as writer:
+        for i in range(60):
+            writer.write({"id": i})
+
+    def make():
+        return ss.StreamingDataset(local=str(tmp_path / "ds")).filter(lambda r: r["id"] % 3 != 0)
+    full = [r["id"] for r in make()]
+    first = make()
+    it = iter(first)
+    head = [next(it)["id"] for _ in range(7)]
+    state = json.loads(json.dumps(first.state_dict()))
+    again = make()
+    again.load_state_dict(state)
+    assert head + [r["id"] for r in again] == full and len(full) == 40

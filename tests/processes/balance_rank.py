@@ -59,6 +59,7 @@ def pipeline(cfg, name: str):
 
 def loader(cfg, case: str):
     """The loader of ``case``: ``<chain>`` (plain iteration of the chain's batches), ``async_<chain>``,
+    ``batchloader_<chain>``, ``jaxloader_<chain>``,
     ``loader_<chain>_w<workers>`` (StreamingDataLoader over the chain), ``pipeline`` or ``pipeline_pack``."""
     if case.startswith("pipeline"):
         return pipeline(cfg, case)
@@ -67,6 +68,14 @@ def loader(cfg, case: str):
         from shardstream import AsyncDataLoader
 
         return AsyncDataLoader(chain(cfg, case[6:]), batch_size=size, format=None)
+    if case.startswith("batchloader_"):  # the thread loader's numpy front end
+        from shardstream import BatchLoader
+
+        return BatchLoader(chain(cfg, case[12:]), batch_size=size)
+    if case.startswith("jaxloader_"):  # and its JAX one (jax mode only)
+        from shardstream.integrations.jax import JaxLoader
+
+        return JaxLoader(chain(cfg, case[10:]), batch_size=size)
     if case.startswith("loader_"):
         from shardstream import StreamingDataLoader
 

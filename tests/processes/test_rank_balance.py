@@ -151,7 +151,8 @@ def check_case(cfg: dict, case: str, records: list[dict], ranks: int) -> None:
 
 CHAINS = ["buffer", "filter", "pack", "async_filter", "pipeline", "pipeline_pack", "loader_buffer_w2",
           "loader_filter_w0", "loader_filter_w1"]
-TORCH_CASES = {2: CHAINS + ["loader_filter_w2", "loader_pack_w2"], 3: CHAINS + ["loader_filter_w2", "loader_pack_w2"],
+TORCH_CASES = {2: CHAINS + ["loader_filter_w2", "loader_pack_w2", "batchloader_filter"],
+               3: CHAINS + ["loader_filter_w2", "loader_pack_w2"],
                8: CHAINS + ["loader_pack_w1"]}  # 8 ranks x 2 workers: one case, on 2 cores
 RESUMED = {2: "loader_filter_w2", 3: "loader_filter_w2", 8: "loader_filter_w1"}
 
@@ -183,9 +184,10 @@ def test_torch_ranks_get_equal_batches(tmp_path, cfg, ranks):
 
 def test_two_jax_processes_get_equal_batches(tmp_path, cfg):
     pytest.importorskip("jax")
-    cases = ["buffer", "filter", "pack", "async_filter"]
-    records = run_job(tmp_path, {**cfg, "mode": "jax", "cases": cases, "resume": ["filter", "async_filter"]}, 2)
+    cases = ["buffer", "filter", "pack", "async_filter", "jaxloader_filter", "jaxloader_pack"]
+    resumed = ["filter", "async_filter", "jaxloader_filter"]
+    records = run_job(tmp_path, {**cfg, "mode": "jax", "cases": cases, "resume": resumed}, 2)
     for case in cases:
         check_case(cfg, case, records, 2)
-    for case in ("filter", "async_filter"):
+    for case in resumed:
         check_resume(records, case)

@@ -1,7 +1,8 @@
 """JAX: the host's world from ``jax.process_index()`` and a loader of per-host numpy batches.
 
-Each JAX process (host) reads its own ``batch_size`` samples of every global step;
-``batch_size * jax.process_count()`` is the global batch. Batches are numpy arrays,
+``JaxLoader`` takes a StreamingDataset, any processing chain or a sharded source, as
+:class:`~shardstream.loader.batches.BatchLoader` does. Each JAX process (host) reads its own
+``batch_size`` samples of every global step; ``batch_size * jax.process_count()`` is the global batch. Batches are numpy arrays,
 decoded ahead in a background thread; place them on devices with ``sharding``
 (``jax.make_array_from_process_local_data``, the multi-host way to build one global
 array from each host's part) or leave them on the host.
@@ -57,10 +58,18 @@ class JaxLoader(BatchLoader):
     """
 
     def __init__(self, dataset, *, sharding=None, device=None, columns: Optional[Sequence[str]] = None,
-                 prefetch: int = 2, world: Optional[World] = None, stats=None) -> None:
+                 prefetch: int = 2, world: Optional[World] = None, stats=None,
+                 batch_size: Optional[int] = None) -> None:
         if sharding is not None and device is not None:
             raise InvalidArgumentError("pass sharding= (a global array from every host's part) or device= (this "
                                        "host's batch on one device), not both")
         transform = _placer(sharding) if sharding is not None else _putter(device) if device is not None else None
-        super().__init__(dataset, world=world or jax_world(dataset.options.replication), columns=columns,
-                         prefetch=prefetch, transform=transform, stats=stats)
+        super().__init__(dataset, world=world or jax_world(_replication(dataset)), columns=columns,
+                         prefetch=prefetch, transform=transform, stats=stats, batch_size=batch_size)
+
+
+def _replication(source) -> Optional[int]:
+    """The replication of ``source``'s dataset (a chain's root's; a sharded source's dataset has none)."""
+    root = getattr(source, "root", source)
+    options = getattr(root, "options", None)
+    return getattr(options, "replication", None)

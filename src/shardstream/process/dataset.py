@@ -169,6 +169,26 @@ class IterableDataset:
         self._agreed = agreed.end  # not the iterator either
         return agreed
 
+    def take_pass(self, world=None):
+        """Take the pass the next iteration would run (the next epoch, or the state loaded) for a loader that runs
+        it in its own thread and counts what its loop consumed (:class:`.chainpass.ChainPass`); the chain then
+        stands after that pass. ``world``: this process's place (default: the root's)."""
+        from .chainpass import ChainPass
+
+        self.close()
+        explicit = world is not None or self.root.world is not None
+        world = world if world is not None else self.root.detect_world()
+        ticket, self._loaded = (self._next_epoch, self._loaded), None
+        made = setup(self.root, self.specs, world, *ticket)
+        self._next_epoch = made.epoch + 1
+        return ChainPass(self.root, self.specs, made, world, fingerprint=self.fingerprint, convert=self._convert(),
+                         agree=self.batched, explicit=explicit)
+
+    @property
+    def prefetch_depth(self) -> int:
+        """Items made ahead in a background thread (``prefetch(n)``; 0: none)."""
+        return self._prefetch
+
     @property
     def batched(self) -> bool:
         """Whether the chain hands on batches (it has a ``batch``): one training step per item."""
@@ -252,7 +272,7 @@ def source_identity(root) -> dict:
     h = xxhash.xxh64()
     for store in root.table.stores:
         for shard in store.shards:
-            if hasattr(shard, "version"):  # a piece of a data file
+            if hasattr(shard, "file"):  # a piece of a data file (an MDS shard's `version` is its format's)
                 h.update(f"{shard.file}|{shard.version}|{shard.start}|{shard.stop}|{shard.samples}\n".encode())
             else:
                 info = store.format.resident_file(shard)
