@@ -63,6 +63,7 @@ def test_a_transformed_source_reads_with_its_transforms_and_resumes(jsonl_dir):
     head = [list(zip(*next(it).values())) for _ in range(5)]
     state = json.loads(json.dumps(first.state_dict()))
     first.close()
+    del it
     again = make()
     again.load_state_dict(state)
     assert head + [list(zip(b["id"], b["words"])) for b in again] == full
@@ -85,3 +86,11 @@ def test_a_transform_of_a_source_without_a_dataset_is_refused_by_the_loader():
             return iter([{"id": 1}][row:])
     with pytest.raises(ss.errors.NotYetSupportedError, match="Listed cannot be read through a loader"):
         ss.AsyncDataLoader(Listed().filter(bool))
+
+
+def test_a_source_transform_that_returns_no_row_is_named_by_the_loader(jsonl_dir):
+    ids = ss.JsonShardedSource(f"{jsonl_dir}/*.jsonl").map(lambda r: r["id"])
+    loader = ss.AsyncDataLoader(ids, batch_size=4)
+    with pytest.raises(ss.TransformError, match="must return rows .* got int"):
+        next(iter(loader))
+    loader.close()

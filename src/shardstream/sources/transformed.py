@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import NotYetSupportedError
+from ..errors import InvalidArgumentError, NotYetSupportedError
 from ..process.maps import to_batch, to_rows
 
 GROUP = 32  # rows handed to the transforms at once
@@ -31,6 +31,10 @@ class RowTransforms:
             rows = list(_applied(transform, rows))
         if not rows:
             return {column: [] for column in batch}
+        if not isinstance(rows[0], dict):
+            raise InvalidArgumentError(
+                f"a transform of a sharded source read through a loader must return rows (dicts of column -> "
+                f"value), got {type(rows[0]).__name__} {rows[0]!r:.60}; return a dict, e.g. {{'value': ...}}")
         return to_batch(rows)
 
 
