@@ -102,3 +102,51 @@ def test_prefetch_off_makes_batches_in_the_loop_and_resumes(jsonl_dir):
                                   batch_size=8, prefetch_enabled=False)
     full, resumed = _resumed(make, 3)
     assert resumed == full
+
+
+def test_a_transformed_source_reads_with_its_transforms_and_resumes(jsonl_dir):
+    source = ss.JsonShardedSource(f"{jsonl_dir}/*.jsonl")
+    kept = source.map(lambda r: {"id": r["id"], "words": len(r["text"].split())}).filter(lambda r: r["words"] > 3)
+    direct = [(r["id"], r["words"]) for r in kept]  # the source's own rows, transformed, in file order
+
+    def make():
+        return ss.AsyncDataLoader(kept, batch_size=8, format=None)
+    full = [list(zip(b["id"], b["words"])) for b in make()]
+    assert sorted(p for b in full for p in b) == sorted(direct) and 0 < len(direct) < 600
+    assert all(set(b) == {"id", "words"} for b in make())  # the transform's row, not the file's columns
+    first = make()
+    it = iter(first)
+    head = [list(zip(*next(it).values())) for _ in range(5)]
+    state = json.loads(json.dumps(first.state_dict()))
+    first.close()
+    del it
+    again = make()
+    again.load_state_dict(state)
+    assert head + [list(zip(b["id"], b["words"])) for b in again] == full
+
+
+def test_an_expanding_transform_of_a_source_makes_its_rows_through_the_loader(jsonl_dir):
+    def twice(row):
+        return [{"id": row["id"], "copy": 0}, {"id": row["id"], "copy": 1}]
+    twice.is_expand = True
+    source = ss.TransformedShardedSource(ss.JsonShardedSource(f"{jsonl_dir}/*.jsonl"), twice)
+    rows = [(i, c) for b in ss.AsyncDataLoader(source, batch_size=7, format=None) for i, c in zip(b["id"], b["copy"])]
+    assert sorted(rows) == sorted((i, c) for i in {r["id"] for r in source} for c in (0, 1)) and len(rows) == 1200
+
+
+def test_a_transform_of_a_source_without_a_dataset_is_refused_by_the_loader():
+    class Listed(ss.ShardedSource):
+        shard_names = ["a"]
+
+        def open_shard_at_row(self, shard_name, row):
+            return iter([{"id": 1}][row:])
+    with pytest.raises(ss.errors.NotYetSupportedError, match="Listed cannot be read through a loader"):
+        ss.AsyncDataLoader(Listed().filter(bool))
+
+
+def test_a_source_transform_that_returns_no_row_is_named_by_the_loader(jsonl_dir):
+    ids = ss.JsonShardedSource(f"{jsonl_dir}/*.jsonl").map(lambda r: r["id"])
+    loader = ss.AsyncDataLoader(ids, batch_size=4)
+    with pytest.raises(ss.TransformError, match="must return rows .* got int"):
+        next(iter(loader))
+    loader.close()

@@ -16,13 +16,9 @@ explicit worlds:
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -33,9 +29,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "balance_rank.py")
 sys.path.insert(0, HERE)
 
+import jobs  # noqa: E402
+from jobs import ranks_env  # noqa: E402
+
 ROWS = 1001  # divided by none of the worlds' readers (2, 3, 4, 6, 8, 16)
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 BALANCED = ("buffer", "pipeline", "loader_buffer_w2")  # every reader's whole share, and shares alike
 
 
@@ -51,40 +48,9 @@ def cfg(tmp_path_factory):
     return {"data": data, "tokenizer": tokenizer}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(tmp_path, cfg: dict, ranks: int) -> list[dict]:
-    """Start ``ranks`` processes of ``balance_rank.py`` and return their records (one retry on a taken port)."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))
-    for attempt in range(2):
-        out = tmp_path / f"job{attempt}"
-        out.mkdir()
-        port = _port()
-        procs = [subprocess.Popen([sys.executable, JOB, json.dumps({**cfg, "rank": r, "world_size": ranks,
-                                                                      "port": port, "out": str(out)})],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(ranks)]
-        logs = []
-        try:
-            for p in procs:
-                logs.append(p.communicate(timeout=300)[0])
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        if all(p.returncode == 0 for p in procs):
-            return [json.load(open(out / f"rank{r}.json")) for r in range(ranks)]
-        text = "\n".join(f"--- rank {r} (exit {p.returncode}):\n{log[-3000:]}"
-                         for r, (p, log) in enumerate(zip(procs, logs)))
-        if attempt == 0 and "address already in use" in text.lower():
-            continue
-        raise AssertionError(f"the job of {ranks} ranks failed:\n{text}")
+    """Start ``ranks`` processes of ``balance_rank.py`` and return their records."""
+    return jobs.run_job(JOB, tmp_path, cfg, ranks)
 
 
 # -- what each rank must receive, worked out in this process ----------------------------------------------------
@@ -99,20 +65,6 @@ def interleave(shares: list[list]) -> list:
             except StopIteration:
                 its.remove(it)
     return out
-
-
-@contextlib.contextmanager
-def ranks_env(rank: int, ranks: int):
-    """This process as rank ``rank`` of ``ranks`` by the launcher's variables (a Pipeline opens its datasets so)."""
-    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(ranks))
-    try:
-        with warnings.catch_warnings():  # no runtime in this process to agree through: it is what is computed
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def expected_batches(cfg: dict, case: str, rank: int, ranks: int) -> list:

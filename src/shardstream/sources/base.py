@@ -120,11 +120,19 @@ class TransformedShardedSource(ShardedSource):
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]
 
+    def as_iterable(self, **kwargs: Any) -> Any:
+        """This source as a processing chain: its files' StreamingDataset (``kwargs``: its settings) with the
+        transform applied to each row (see :mod:`.transformed`). ``AsyncDataLoader(source)`` reads it so."""
+        from .transformed import transformed_chain
+
+        return transformed_chain(self, **kwargs)
+
     def dataset(self, **kwargs: Any) -> Any:
         """Refused: a StreamingDataset reads the files' rows, without this transform."""
         raise NotYetSupportedError(
             "a transformed source has no StreamingDataset of its own (its rows would miss the transform); use "
-            "source.source.dataset(...) and apply the transform to its samples")
+            "source.as_iterable(...), the dataset's chain with the transform applied, or source.source.dataset(...) "
+            "and apply the transform to its samples")
 
     def __repr__(self) -> str:
         return f"TransformedShardedSource({self.source!r}, {self.transform!r})"
