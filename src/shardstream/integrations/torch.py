@@ -46,6 +46,8 @@ from ..stats.loaders import LoaderStatsMixin, timed_items
 from .todevice import DevicePrefetcher
 from .torchenv import WorkerStart
 from .torchform import StackSamples, check_ragged, numpy_form, torch_form
+from .torchpipe import CHAIN_SLOT, ChainFeed, ChainForm, check_chain_ragged
+from .torchpipe import restamp as chain_restamp
 from .torchring import RingCollate, slot_estimate
 from .torchsend import WorkerTransfer, sent
 
@@ -161,55 +163,68 @@ def batch_rows(batch: dict) -> int:
     return len(next(iter(batch.values()))) if batch else 0
 
 
-class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
-    """A DataLoader over a :class:`~shardstream.StreamingDataset` with checkpointable state.
+class _DefaultBatch:
+    """``batch_size``'s default: 1 over a dataset (torch's), None over a chain (its items are the batches)."""
 
-    ``batch_size`` is the per-device batch; it must equal the dataset's ``batch_size``
+    def __repr__(self) -> str:
+        return "1 (a dataset) or None (a chain)"
+
+
+DEFAULT_BATCH: Any = _DefaultBatch()
+
+
+class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
+    """A DataLoader over a :class:`~shardstream.StreamingDataset`, or over any processing chain made from one
+    (``ds.map(...).shuffle(...).pack(...)``: see :mod:`.torchpipe`), with checkpointable state.
+
+    Over a dataset, ``batch_size`` is the per-device batch; it must equal the dataset's ``batch_size``
     (adopted from here, with a warning, when the dataset was built without one).
     ``batch_decode``: ``None`` (decode whole steps unless a ``collate_fn`` is given or a
     subclass makes its own samples), ``True`` (always; a ``collate_fn`` receives the numpy
     column batch), or ``False`` (per-sample dicts, through ``collate_fn`` if given).
     Without a ``collate_fn`` every path gives the batches of :mod:`.torchform`;
     ``ragged`` picks the form of variable-length array columns: ``"pad"`` (a padded
-    tensor plus ``name_lengths``) or ``"ragged"`` (a :class:`~shardstream.Ragged` of
+    tensor plus ``name_lengths``; the default) or ``"ragged"`` (a :class:`~shardstream.Ragged` of
     tensors). A subclass's own samples go through ``default_collate``. ``columns``:
     decode only those columns, on every path. ``stats``: keep loader stats (``True``, a list of
     exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`).
+
+    Over a chain, ``batch_size`` rows make a batch (default None: the chain's items are already batches, e.g.
+    after ``.batch(n)``); batches come as torch tensors (numbers and equal-shape arrays) and lists (other
+    values), or through ``collate_fn``. ``ragged`` (default None: as made) gives every column whose rows are
+    1-D sequences of numbers the form named above. ``batch_decode`` and ``columns`` are the dataset's
+    (``ds.select_columns`` does it on a chain).
 
     How batches cross from the workers (docs/transfer.md): ``transfer`` (``"auto"``: a shared ring of
     slots when there are workers, ``"ring"``, or ``"queue"``: torch's worker queue), ``ring_bytes`` (the
     most the ring may take), ``transfer_batches`` (batches a worker sends at once). ``device``: batches
     arrive on this torch device, moved ``device_prefetch`` batches ahead on a side CUDA stream.
+    ``persistent_workers``, ``pin_memory`` and the other DataLoader keywords work on both.
     """
 
-    def __new__(cls, dataset=None, *args, **kwargs):
+    @checked_keywords(DataLoader.__init__)
+    def __init__(self, dataset, batch_size: Optional[int] = DEFAULT_BATCH, *, num_workers: int = 0,
+                 collate_fn=None, pin_memory: bool = False, batch_decode: Optional[bool] = None,
+                 columns: Optional[Sequence[str]] = None, ragged: Optional[str] = None, stats=None,
+                 transfer: str = "auto", ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None,
+                 device=None, device_prefetch: int = 2, **kwargs) -> None:
         from ..process.dataset import IterableDataset as Chain
 
-        if isinstance(dataset, Chain):  # a processing chain: its own loader (see .torchpipe)
-            from .torchpipe import PipelineDataLoader
-
-            return PipelineDataLoader(dataset, *args, **kwargs)
-        return super().__new__(cls)
-
-    @checked_keywords(DataLoader.__init__)
-    def __init__(self, dataset, batch_size: Optional[int] = 1, *, num_workers: int = 0, collate_fn=None,
-                 pin_memory: bool = False, batch_decode: Optional[bool] = None,
-                 columns: Optional[Sequence[str]] = None, ragged: str = "pad", stats=None, transfer: str = "auto",
-                 ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None, device=None,
-                 device_prefetch: int = 2, **kwargs) -> None:
-        if not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor"):
+        chain = isinstance(dataset, Chain)
+        if not chain and (not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor")):
             raise InvalidArgumentError(
-                f"StreamingDataLoader reads a shardstream StreamingDataset, got {type(dataset).__name__}; "
-                "use torch.utils.data.DataLoader for other datasets"
+                f"StreamingDataLoader reads a shardstream StreamingDataset or a chain made from one "
+                f"(ds.map(...)), got {type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
-        for key in ("shuffle", "sampler", "batch_sampler"):
-            if kwargs.get(key) not in (None, False):
-                raise InvalidArgumentError(
-                    f"{key}={kwargs[key]!r}: the dataset's epoch plan orders the samples; pass shuffle=True, "
-                    "shuffle_seed=... to StreamingDataset instead"
-                )
-        if kwargs.get("in_order") is False:
-            raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
+        _refuse_orderings(kwargs, chain)
+        self._chain: Optional[ChainFeed] = None  # the chain strategy (None: a dataset's)
+        if chain:
+            self._init_chain(dataset, None if batch_size is DEFAULT_BATCH else batch_size, num_workers,
+                             collate_fn, pin_memory, ragged, stats, (transfer, ring_bytes, transfer_batches),
+                             (device, device_prefetch), kwargs)
+            return
+        if batch_size is DEFAULT_BATCH:
+            batch_size = 1
         check_batch_size(batch_size)
         dataset.check_columns(columns)
         own_samples = dataset.makes_own_samples()  # a subclass's samples, whose keys are its own
@@ -223,6 +238,7 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         stack = (not batch_decode and collate_fn is None and not own_samples and bool(dataset.shards)
                  and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
+        ragged = "pad" if ragged is None else ragged
         check_ragged(dataset, columns, ragged, convert)
         kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
         to_device = None if device is None else DevicePrefetcher(device, device_prefetch)
@@ -257,6 +273,36 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         self._start_transfer(finish, transfer_batches, slot_estimate(dataset, batch_size, columns), depth)
         self._start_stats(config, dataset, batch_path=self.batch_decode)
 
+    def _init_chain(self, chain, batch_size: Optional[int], num_workers: int, collate_fn, pin_memory: bool,
+                    ragged: Optional[str], stats, transfer: tuple, device: tuple, kwargs: dict) -> None:
+        """``__init__`` over a chain (see :mod:`.torchpipe`): ``transfer`` is ``(transfer, ring_bytes,
+        transfer_batches)``, ``device`` is ``(device, device_prefetch)``."""
+        if batch_size is not None:
+            check_batch_size(batch_size)
+        check_chain_ragged(ragged)
+        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
+        to_device = None if device[0] is None else DevicePrefetcher(*device)
+        pin_memory = pin_memory or (to_device is not None and to_device.pins)
+        self._plane_for(transfer[0], transfer[1], pin_memory, num_workers)
+        config = self._stats_config(stats)
+        drop_last = bool(kwargs.pop("drop_last", False))
+        if batch_size is not None:
+            chain = chain.batch(batch_size, drop_last_batch=drop_last)
+        self.chain = chain
+        self.streaming_dataset = chain.root
+        self.batch_decode = False
+        self._to_device = to_device
+        self._drop_last = drop_last
+        self._chain = feed = ChainFeed(chain, collate_fn, ragged)
+        super().__init__(feed.batches, batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
+        self.dataset.stats = config is not None
+        slot = max(CHAIN_SLOT, slot_estimate(chain.root, batch_size or 1)) if chain.root.shards else CHAIN_SLOT
+        # without a collate_fn of the user's, lists of numbers become arrays in the worker (and cross the ring)
+        form = ChainForm(ragged) if collate_fn is None else None
+        depth = to_device.depth if to_device is not None else 0
+        self._start_transfer(RingCollate(keep, form, chain_restamp), transfer[2], slot, depth)
+        self._start_stats(config, chain.root)
+
     def _worker_collate(self, inner) -> RingCollate:
         """What each worker does last with a batch: shape it (:func:`.torchform.numpy_form`) and, with a ring,
         write it there."""
@@ -265,6 +311,8 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        if self._chain is not None:
+            return self._iter_chain(self._chain)
         ds = self.streaming_dataset
         cursor = ds.cursor
         if self.num_workers and self._iterator is not None and self._expect != cursor.ticket:
@@ -281,6 +329,21 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         self._expect = cursor.ticket
         self._consumed.begin()
         batches = self._count(it) if self._loop_stats is None else self._count_timed(it)
+        return batches if self._to_device is None else self._to_device(batches)
+
+    def _iter_chain(self, feed: ChainFeed) -> Iterator[Any]:
+        """:meth:`__iter__` over a chain: the same workers, ring and device, the chain's record (:mod:`.torchpipe`)."""
+        if self.num_workers and self._iterator is not None and feed.expect != feed.chain.ticket:
+            self._drop_workers()  # persistent workers would run another pass than the one asked for
+        feed.begin(self.num_workers)
+        if self._iterator is None or not self.persistent_workers:
+            self._prepare_ring()  # fresh workers start now
+        it = super().__iter__()  # fresh workers take the ticket feed.begin gave; persistent ones run their next
+        self._began(it)
+        stamps = feed.stamps(self._unbundled(it))
+        meter = self._loop_stats
+        batches = (feed.count(stamps, self._from_worker) if meter is None
+                   else feed.count_timed(stamps, self._from_worker, meter))
         return batches if self._to_device is None else self._to_device(batches)
 
     def _count_timed(self, it) -> Iterator[Any]:
@@ -319,23 +382,43 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
             it._shutdown_workers()
 
     def __len__(self) -> int:
-        """Batches this rank receives in the pass in progress (else in the next one)."""
+        """Batches this rank receives in the pass in progress (else in the next one); over a chain, whose
+        operations may change the count, a TypeError (as for any iterable without a length)."""
+        if self._chain is not None:
+            raise TypeError("a StreamingDataLoader over a processing chain has no length: its operations "
+                            "(filter, pack, ...) decide how many batches there are as they run")
         return self._consumed.length(self.streaming_dataset.detect_world(), self._drop_last)
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The dataset's state after the batches this loader handed to the training loop."""
+        """The dataset's (or chain's) state after the batches this loader handed to the training loop."""
+        if self._chain is not None:
+            return self._chain.state_dict(self.num_workers)
         return self._consumed.state_dict()
 
     def mixture_weights(self):
-        """The streams' weights in effect where the training loop is (a weight schedule moves them)."""
+        """The streams' weights in effect where the training loop is (a weight schedule moves them); None
+        over a chain."""
+        if self._chain is not None:
+            return None
         return self._consumed.mixture_weights()
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume at the state's position on the next ``iter(loader)`` (any world size); persistent
         workers are restarted by the next ``iter`` (it sees the pending state)."""
+        if self._chain is not None:
+            self._chain.load_state_dict(obj)
+            return
         self.streaming_dataset.load_state_dict(obj)
         self._consumed.reset()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter(loader)`` run ``epoch`` from its start (persistent workers are restarted)."""
+        if self._chain is not None:
+            self._chain.set_epoch(epoch)
+        else:
+            self.streaming_dataset.set_epoch(epoch)
+            self._consumed.reset()
 
     def __del__(self) -> None:
         try:
@@ -343,6 +426,17 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
             self.close_stats()
         except Exception:
             pass
+
+
+def _refuse_orderings(kwargs: dict, chain: bool) -> None:
+    """Refuse the DataLoader keywords that would reorder the batches."""
+    for key in ("shuffle", "sampler", "batch_sampler"):
+        if kwargs.get(key) not in (None, False):
+            fix = ("the chain orders its items; use ds.shuffle(...)" if chain else "the dataset's epoch plan orders "
+                   "the samples; pass shuffle=True, shuffle_seed=... to StreamingDataset instead")
+            raise InvalidArgumentError(f"{key}={kwargs[key]!r}: {fix}")
+    if kwargs.get("in_order") is False:
+        raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
 
 
 def _adopt_batch_size(dataset, batch_size: int) -> None:
