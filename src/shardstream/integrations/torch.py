@@ -163,6 +163,22 @@ def batch_rows(batch: dict) -> int:
     return len(next(iter(batch.values()))) if batch else 0
 
 
+@dataclasses.dataclass(frozen=True)
+class LoaderOptions:
+    """The keywords that ``StreamingDataLoader`` takes alike over a dataset and over a chain."""
+
+    num_workers: int
+    collate_fn: Optional[Callable]
+    pin_memory: bool
+    ragged: Optional[str]
+    stats: Any
+    transfer: str
+    ring_bytes: Optional[int]
+    transfer_batches: Optional[int]
+    device: Any
+    device_prefetch: int
+
+
 class _DefaultBatch:
     """``batch_size``'s default: 1 over a dataset (torch's), None over a chain (its items are the batches)."""
 
@@ -217,17 +233,23 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
                 f"(ds.map(...)), got {type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
         _refuse_orderings(kwargs, chain)
+        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
+        options = LoaderOptions(num_workers, collate_fn, pin_memory, ragged, stats, transfer, ring_bytes,
+                                transfer_batches, device, device_prefetch)
         self._chain: Optional[ChainFeed] = None  # the chain strategy (None: a dataset's)
         if chain:
-            self._init_chain(dataset, None if batch_size is DEFAULT_BATCH else batch_size, num_workers,
-                             collate_fn, pin_memory, ragged, stats, (transfer, ring_bytes, transfer_batches),
-                             (device, device_prefetch), kwargs)
-            return
-        if batch_size is DEFAULT_BATCH:
-            batch_size = 1
+            self._init_chain(dataset, None if batch_size is DEFAULT_BATCH else batch_size, options, kwargs)
+        else:
+            self._init_dataset(dataset, 1 if batch_size is DEFAULT_BATCH else batch_size, batch_decode, columns,
+                               options, kwargs)
+
+    def _init_dataset(self, dataset, batch_size: int, batch_decode: Optional[bool],
+                      columns: Optional[Sequence[str]], o: "LoaderOptions", kwargs: dict) -> None:
+        """``__init__`` over a dataset."""
         check_batch_size(batch_size)
         dataset.check_columns(columns)
         own_samples = dataset.makes_own_samples()  # a subclass's samples, whose keys are its own
+        collate_fn = o.collate_fn
         if batch_decode is None:
             if collate_fn is None and len(dataset.table.layouts()) > 1:
                 dataset.check_batchable(columns)  # refuses, saying the streams have different columns
@@ -238,70 +260,66 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         stack = (not batch_decode and collate_fn is None and not own_samples and bool(dataset.shards)
                  and len(dataset.table.layouts()) == 1)
         convert = collate_fn is None and bool(batch_decode or stack)  # to the batches of .torchform
-        ragged = "pad" if ragged is None else ragged
+        ragged = "pad" if o.ragged is None else o.ragged
         check_ragged(dataset, columns, ragged, convert)
-        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
-        to_device = None if device is None else DevicePrefetcher(device, device_prefetch)
-        pin_memory = pin_memory or (to_device is not None and to_device.pins)
-        plane = self._plane_for(transfer, ring_bytes, pin_memory, num_workers)
-        config = self._stats_config(stats)
+        pin_memory, config = self._start_common(o)
         _adopt_batch_size(dataset, batch_size)  # last: a refused loader leaves the dataset as it was
         self.streaming_dataset = dataset
         self.batch_decode = bool(batch_decode)
         self._convert = convert
         self._ragged = ragged
-        self._to_device = to_device
         self._consumed = Consumed(dataset)
         self._expect: Optional[tuple] = None  # (next epoch, pending) the persistent workers will run
+        # torch refuses drop_last without auto-batching; only epoch_tail="mosaic" makes a short step
+        self._drop_last = bool(kwargs.pop("drop_last", False))
         if self.batch_decode:
-            # torch refuses drop_last without auto-batching; only epoch_tail="mosaic" makes a short step
-            self._drop_last = bool(kwargs.pop("drop_last", False))
             finish = self._worker_collate(keep if collate_fn is None else ThroughStamp(collate_fn))
-            super().__init__(StepBatches(dataset, columns, self._drop_last), batch_size=None, num_workers=num_workers,
-                             collate_fn=keep, pin_memory=False, **kwargs)
+            super().__init__(StepBatches(dataset, columns, self._drop_last), batch_size=None,
+                             num_workers=o.num_workers, collate_fn=keep, pin_memory=False, **kwargs)
         else:
             if stack:
                 collate_fn = StackSamples(dataset.table.kinds(columns))
-            self._drop_last = bool(kwargs.pop("drop_last", False))
             samples = SampleBatches(dataset, batch_size, collate_fn or default_collate, columns, self._drop_last)
-            torch_pins = pin_memory and not stack and plane is None  # torch's thread pins user batches
+            torch_pins = pin_memory and not stack and self._plane is None  # torch's thread pins user batches
             finish = self._worker_collate(keep)
-            super().__init__(samples, batch_size=None, num_workers=num_workers, collate_fn=keep,
+            super().__init__(samples, batch_size=None, num_workers=o.num_workers, collate_fn=keep,
                              pin_memory=torch_pins, **kwargs)
         self.dataset.stats = config is not None
-        depth = to_device.depth if to_device is not None else 0
-        self._start_transfer(finish, transfer_batches, slot_estimate(dataset, batch_size, columns), depth)
+        self._start_transfer(finish, o.transfer_batches, slot_estimate(dataset, batch_size, columns),
+                             self._device_depth())
         self._start_stats(config, dataset, batch_path=self.batch_decode)
 
-    def _init_chain(self, chain, batch_size: Optional[int], num_workers: int, collate_fn, pin_memory: bool,
-                    ragged: Optional[str], stats, transfer: tuple, device: tuple, kwargs: dict) -> None:
-        """``__init__`` over a chain (see :mod:`.torchpipe`): ``transfer`` is ``(transfer, ring_bytes,
-        transfer_batches)``, ``device`` is ``(device, device_prefetch)``."""
+    def _init_chain(self, chain, batch_size: Optional[int], o: "LoaderOptions", kwargs: dict) -> None:
+        """``__init__`` over a chain (see :mod:`.torchpipe`)."""
         if batch_size is not None:
             check_batch_size(batch_size)
-        check_chain_ragged(ragged)
-        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
-        to_device = None if device[0] is None else DevicePrefetcher(*device)
-        pin_memory = pin_memory or (to_device is not None and to_device.pins)
-        self._plane_for(transfer[0], transfer[1], pin_memory, num_workers)
-        config = self._stats_config(stats)
+        check_chain_ragged(o.ragged)
+        _, config = self._start_common(o)
         drop_last = bool(kwargs.pop("drop_last", False))
         if batch_size is not None:
             chain = chain.batch(batch_size, drop_last_batch=drop_last)
         self.chain = chain
         self.streaming_dataset = chain.root
         self.batch_decode = False
-        self._to_device = to_device
         self._drop_last = drop_last
-        self._chain = feed = ChainFeed(chain, collate_fn, ragged)
-        super().__init__(feed.batches, batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
+        self._chain = feed = ChainFeed(chain, o.collate_fn, o.ragged)
+        super().__init__(feed.batches, batch_size=None, num_workers=o.num_workers, collate_fn=keep, **kwargs)
         self.dataset.stats = config is not None
         slot = max(CHAIN_SLOT, slot_estimate(chain.root, batch_size or 1)) if chain.root.shards else CHAIN_SLOT
         # without a collate_fn of the user's, lists of numbers become arrays in the worker (and cross the ring)
-        form = ChainForm(ragged) if collate_fn is None else None
-        depth = to_device.depth if to_device is not None else 0
-        self._start_transfer(RingCollate(keep, form, chain_restamp), transfer[2], slot, depth)
+        form = ChainForm(o.ragged) if o.collate_fn is None else None
+        self._start_transfer(RingCollate(keep, form, chain_restamp), o.transfer_batches, slot, self._device_depth())
         self._start_stats(config, chain.root)
+
+    def _start_common(self, o: "LoaderOptions") -> tuple:
+        """What both paths set up alike: the device, the transfer plane, the stats; ``(pin_memory, stats config)``."""
+        self._to_device = None if o.device is None else DevicePrefetcher(o.device, o.device_prefetch)
+        pin_memory = o.pin_memory or (self._to_device is not None and self._to_device.pins)
+        self._plane_for(o.transfer, o.ring_bytes, pin_memory, o.num_workers)
+        return pin_memory, self._stats_config(o.stats)
+
+    def _device_depth(self) -> int:
+        return self._to_device.depth if self._to_device is not None else 0
 
     def _worker_collate(self, inner) -> RingCollate:
         """What each worker does last with a batch: shape it (:func:`.torchform.numpy_form`) and, with a ring,
