@@ -70,11 +70,7 @@ class ChainBatches(IterableDataset):
         ticket, self.ticket = self.ticket, None
         if ticket is None:  # a persistent worker's next pass: the one after the pass its chain ran last
             ticket = self.chain.take_ticket()
-        return sent(self._stamps(ticket), self)
-
-    def _stamps(self, ticket: tuple) -> Iterator[Stamp]:
-        for item, reader, state in self.chain.run_stamped(ticket):
-            yield Stamp(item, reader, state)
+        return sent(self.chain.run_stamped(ticket, Stamp), self)
 
 
 def check_chain_ragged(ragged: Optional[str]) -> None:

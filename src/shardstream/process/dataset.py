@@ -155,15 +155,15 @@ class IterableDataset:
         self._loaded = None
         return ticket
 
-    def run_stamped(self, ticket: tuple) -> Iterator[tuple[Any, int, dict]]:
+    def run_stamped(self, ticket: tuple, stamp: Callable[[Any, int, dict], Any] = lambda *s: s) -> Iterator[Any]:
         """The items of the pass ``ticket`` names (see :meth:`run_pass`, without agreeing between ranks), each
-        as ``(item, reader, that reader's state after it)``: what a loader running the chain in its workers
+        as ``stamp(item, reader, that reader's state after it)``: what a loader running the chain in its workers
         records (``StreamingDataLoader`` over a chain, which agrees for its workers)."""
         it = self.run_pass(ticket, agree=False)
         _, run, reader = self._active
         state = run.state
         for item in it:
-            yield item, reader, state()
+            yield stamp(item, reader, state())
 
     def run_pass(self, ticket: tuple, meter=None, agree: bool = True) -> Iterator[Any]:
         """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader;
