@@ -133,6 +133,12 @@ def test_a_lengths_column_already_there_is_refused_with_pad(data):
     assert isinstance(batch["tok"], ss.Ragged) and batch["tok_lengths"].tolist() == [0] * 4
 
 
-def test_device_refuses_what_is_not_a_device(data):
+def test_what_a_chain_cannot_take_is_refused(data):
     with pytest.raises(InvalidArgumentError, match="not a torch device"):
         ss.StreamingDataLoader(make(data), batch_size=BATCH, device="nowhere")
+    with pytest.raises(InvalidArgumentError, match="select_columns"):
+        ss.StreamingDataLoader(make(data), batch_size=BATCH, columns=["id"])
+    with pytest.raises(InvalidArgumentError, match="batch_decode"):
+        ss.StreamingDataLoader(make(data), batch_size=BATCH, batch_decode=True)
+    with pytest.raises(InvalidArgumentError, match="ds.shuffle"):
+        ss.StreamingDataLoader(make(data), batch_size=BATCH, shuffle=True)

@@ -208,8 +208,8 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
     Over a chain, ``batch_size`` rows make a batch (default None: the chain's items are already batches, e.g.
     after ``.batch(n)``); batches come as torch tensors (numbers and equal-shape arrays) and lists (other
     values), or through ``collate_fn``. ``ragged`` (default None: as made) gives every column whose rows are
-    1-D sequences of numbers the form named above. ``batch_decode`` and ``columns`` are the dataset's
-    (``ds.select_columns`` does it on a chain).
+    1-D sequences of numbers the form named above. ``batch_decode`` and ``columns`` are refused (a chain
+    makes its own items; ``ds.select_columns`` picks columns).
 
     How batches cross from the workers (docs/transfer.md): ``transfer`` (``"auto"``: a shared ring of
     slots when there are workers, ``"ring"``, or ``"queue"``: torch's worker queue), ``ring_bytes`` (the
@@ -238,6 +238,7 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
                                 transfer_batches, device, device_prefetch)
         self._chain: Optional[ChainFeed] = None  # the chain strategy (None: a dataset's)
         if chain:
+            _refuse_dataset_keywords(batch_decode, columns)
             self._init_chain(dataset, None if batch_size is DEFAULT_BATCH else batch_size, options, kwargs)
         else:
             self._init_dataset(dataset, 1 if batch_size is DEFAULT_BATCH else batch_size, batch_decode, columns,
@@ -455,6 +456,16 @@ def _refuse_orderings(kwargs: dict, chain: bool) -> None:
             raise InvalidArgumentError(f"{key}={kwargs[key]!r}: {fix}")
     if kwargs.get("in_order") is False:
         raise InvalidArgumentError("in_order=False would hand out batches out of plan order; leave it True")
+
+
+def _refuse_dataset_keywords(batch_decode: Optional[bool], columns: Optional[Sequence[str]]) -> None:
+    """Refuse over a chain the keywords that only a dataset's decoding takes."""
+    if columns is not None:
+        raise InvalidArgumentError(f"columns={columns!r} picks a dataset's columns to decode; over a chain, "
+                                   "select them with ds.select_columns([...]) before the other operations")
+    if batch_decode is not None:
+        raise InvalidArgumentError(f"batch_decode={batch_decode!r} is a dataset's decoding path; a chain makes "
+                                   "its own items: leave it out")
 
 
 def _adopt_batch_size(dataset, batch_size: int) -> None:
