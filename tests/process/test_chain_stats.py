@@ -1,4 +1,4 @@
-"""Loader stats over processing chains: AsyncDataLoader and the DataLoader over a chain (PipelineDataLoader).
+"""Loader stats over processing chains: AsyncDataLoader and StreamingDataLoader over a chain.
 
 The stats add up to what the chain hands out, a slow map is named as the slowest stage, a loop slower
 than the chain hardly waits, resume stays exact with stats on, and stats off refuse to report.
@@ -144,7 +144,7 @@ def test_stats_off_refuse_to_report(jsonl_dir, make, monkeypatch):
         make(ss.StreamingDataset(local=jsonl_dir).as_iterable(), stats="yes")
     monkeypatch.setenv("SHARDSTREAM_STATS", "1")
     on = make(ss.StreamingDataset(local=jsonl_dir).as_iterable())
-    assert type(on).__name__ in ("PipelineDataLoader", "AsyncDataLoader")
+    assert type(on).__name__ in ("StreamingDataLoader", "AsyncDataLoader")
     assert sum(len(ids(b)) for b in on) == on.stats()["total"]["samples"] == 600
 
 

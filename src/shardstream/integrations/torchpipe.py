@@ -1,10 +1,17 @@
-"""PyTorch: a DataLoader over a processing chain (``StreamingDataLoader(ds.map(...).pack(...))``).
+"""PyTorch: ``StreamingDataLoader`` over a processing chain (``StreamingDataLoader(ds.map(...).pack(...))``).
 
-Each DataLoader worker (or the main process, with ``num_workers=0``) runs one reader of the
-chain (see :mod:`shardstream.process.run`) and sends every batch stamped with its reader's
-state after it. The main process keeps the last stamp of each of its workers, so
-``state_dict()`` counts the batches handed to the training loop, not those prefetched, and
-resumes on any world (other ranks, other worker counts) with nothing repeated or lost.
+The loader is the one of :mod:`.torch`; this module is its chain strategy. Each DataLoader worker (or
+the main process, with ``num_workers=0``) runs one reader of the chain (see
+:mod:`shardstream.process.run`) and sends every batch stamped with its reader's state after it
+(:meth:`~shardstream.process.dataset.IterableDataset.run_stamped`). The main process keeps the last
+stamp of each of its workers (:class:`ChainFeed`), so ``state_dict()`` counts the batches handed to the
+training loop, not those prefetched, and resumes on any world (other ranks, other worker counts) with
+nothing repeated or lost.
+
+Which pass runs is the chain's *ticket* (next epoch, loaded state), taken once by the loader when it
+starts a pass: fresh workers get it with their copy of :class:`ChainBatches`; persistent workers run
+their copy's next pass after it, which is the one the loader's chain names too (else the loader
+restarts them: a ``load_state_dict`` or ``set_epoch`` in between).
 
 With ``stats=True`` each batch also carries its stats from its worker (see
 :mod:`shardstream.stats.meter`) and the loop's waits are timed (docs/stats-pipelines.md).
@@ -14,22 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 from time import perf_counter
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import DataLoader, IterableDataset
+import numpy as np
+from torch.utils.data import IterableDataset
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
+from ..format.batch import Ragged
 from ..process.agree import Agreed, agreement_for
 from ..process.run import setup
-from ..stats.loaders import LoaderStatsMixin, timed_items
+from ..stats.loaders import timed_items
 from .tensors import converter, to_numpy
-from .torch import keep
-from .torchenv import WorkerStart
-from .torchring import RingCollate, slot_estimate
-from .torchsend import WorkerTransfer, sent
+from .torchform import RAGGED_FORMS, lengths_key, numpy_form, to_torch
+from .torchsend import sent
 
-_CHAIN_SLOT = 4 << 20  # the least slot for a chain's batches, whose size the index cannot tell
+CHAIN_SLOT = 4 << 20  # the least slot for a chain's batches, whose size the index cannot tell
 
 
 class Stamp:
@@ -54,105 +61,137 @@ class ChainBatches(IterableDataset):
 
     def __init__(self, chain) -> None:
         self.chain = chain
-        self.ticket = None  # the pass to run: (next epoch, loaded state), set by the loader
+        self.ticket = None  # the pass the next iteration runs, set by the loader (None: the chain's own next)
         self.stats = False  # whether each batch carries its stats (set by the loader)
         self.bundle = 1  # batches a worker sends at once (set by the loader)
         self.finish = None  # what the worker does last to each stamped batch (set by the loader)
 
     def __iter__(self) -> Iterator[Stamp]:
-        return sent(self._stamps(), self)
-
-    def _stamps(self) -> Iterator[Stamp]:
-        chain = self.chain
-        it = chain.run_pass(self.ticket, agree=False)  # the loader agrees for its workers (see PipelineDataLoader)
-        _, run, reader = chain._active
-        for item in it:
-            yield Stamp(item, reader, run.state())
+        ticket, self.ticket = self.ticket, None
+        if ticket is None:  # a persistent worker's next pass: the one after the pass its chain ran last
+            ticket = self.chain.take_ticket()
+        return sent(self.chain.run_stamped(ticket, Stamp), self)
 
 
-class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
-    """A DataLoader over a processing chain ``chain``; ``batch_size`` rows per batch (None: the chain's
-    items are already batches, e.g. after ``.batch(n)``). Batches come as torch tensors (numbers and
-    equal-shape arrays) and lists (other values). ``stats``: keep loader stats (``True``, a list of
-    exporters, or a :class:`~shardstream.stats.StatsConfig`; see :meth:`stats`). ``transfer``,
-    ``ring_bytes``, ``transfer_batches``: how batches cross from the workers, as for ``StreamingDataLoader``."""
+def check_chain_ragged(ragged: Optional[str]) -> None:
+    if ragged is not None and ragged not in RAGGED_FORMS:
+        raise InvalidArgumentError(f"ragged={ragged!r} is not one of {', '.join(map(repr, RAGGED_FORMS))} "
+                                   "(or None: a chain's batches as its operations made them)")
 
-    def __init__(self, chain, batch_size: Optional[int] = None, *, num_workers: int = 0, drop_last: bool = False,
-                 collate_fn=None, stats=None, pin_memory: bool = False, transfer: str = "auto",
-                 ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None, **kwargs) -> None:
-        for key in ("shuffle", "sampler", "batch_sampler"):
-            if kwargs.get(key) not in (None, False):
-                raise InvalidArgumentError(f"{key}={kwargs[key]!r}: the chain orders its items; use ds.shuffle(...)")
-        if kwargs.get("persistent_workers"):
-            raise InvalidArgumentError("persistent_workers=True is not supported over a processing chain: each "
-                                       "epoch's workers start from the chain's state; leave it False")
-        config = self._stats_config(stats)
-        kwargs["worker_init_fn"] = WorkerStart(kwargs.get("worker_init_fn"))
-        self._plane_for(transfer, ring_bytes, pin_memory, num_workers)
-        if batch_size is not None:
-            chain = chain.batch(batch_size, drop_last_batch=drop_last)
+
+class ChainForm:
+    """What a worker does to a chain's batch without a user's ``collate_fn``: lists of numbers (or of equal-shape
+    arrays) become arrays; with ``ragged``, every column whose rows are 1-D sequences of numbers becomes a
+    :class:`~shardstream.Ragged` first, then (``"pad"``) a padded array and its ``name_lengths`` (see
+    :mod:`.torchform`)."""
+
+    def __init__(self, ragged: Optional[str]) -> None:
+        self.ragged = ragged
+
+    def __call__(self, batch: Any) -> Any:
+        if self.ragged is None or not isinstance(batch, dict):
+            return to_numpy(batch)
+        out = {name: _ragged_rows(value) for name, value in batch.items()}
+        if self.ragged == "pad":
+            for name, value in out.items():
+                if isinstance(value, Ragged) and lengths_key(name) in out:
+                    raise InvalidArgumentError(
+                        f"the variable-length column {name!r} would come padded with its row lengths under "
+                        f"{lengths_key(name)!r}, which is a column of the batch too; pass ragged='ragged' or "
+                        "rename one of them (ds.rename_column)")
+            out = numpy_form(out, "pad")
+        return to_numpy(out)
+
+
+def _ragged_rows(value: Any) -> Any:
+    """``value`` as a Ragged when it is a list of 1-D sequences of numbers, else as it is."""
+    if not isinstance(value, list) or not value:
+        return value
+    rows = []
+    for row in value:
+        if not isinstance(row, (list, tuple, np.ndarray)):
+            return value
+        a = np.asarray(row)
+        if a.ndim != 1 or a.dtype.kind not in "biuf":
+            return value
+        rows.append(a)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    return Ragged(np.concatenate(rows), offsets)
+
+
+class ChainFeed:
+    """The loader's record of a chain's passes (see the module docstring): the pass in progress, the last
+    stamp of each of this rank's readers, and how many batches were handed to the loop."""
+
+    def __init__(self, chain, collate: Optional[Callable], ragged: Optional[str]) -> None:
         self.chain = chain
-        self._collate = collate_fn
+        self.batches = ChainBatches(chain)
+        self._collate = collate
+        self._ragged = ragged
         self._to_torch = converter("torch")
-        self._setup = None
+        self.made = None  # the pass in progress (a PassSetup)
+        self.expect: Optional[tuple] = None  # the chain's ticket persistent workers would run next
         self._states: dict = {}
         self._finished = False
+        self._handed = 0
         self._agreed: Optional[Agreed] = None  # the pass in progress, when its ranks agree where it ends
-        super().__init__(ChainBatches(chain), batch_size=None, num_workers=num_workers, collate_fn=keep, **kwargs)
-        self.dataset.stats = config is not None
-        slot = max(_CHAIN_SLOT, slot_estimate(chain.root, batch_size or 1)) if chain.root.shards else _CHAIN_SLOT
-        # without a collate_fn of the user's, lists of numbers become arrays in the worker (and cross the ring)
-        self._start_transfer(RingCollate(keep, to_numpy if collate_fn is None else None, restamp), transfer_batches,
-                             slot, 0)
-        self._start_stats(config, chain.root)
+        self._world = None
 
-    def __iter__(self) -> Iterator[Any]:
+    def begin(self, num_workers: int) -> None:
+        """Before torch starts (or resumes) its workers: take the chain's ticket and hand it to fresh workers."""
         chain = self.chain
         chain.close()
-        world = dataclasses.replace(chain.root.detect_world(), num_workers=self.num_workers, worker=0)
-        made = setup(chain.root, chain.specs, world, chain._next_epoch, chain._loaded)
-        first = world.reader * max(self.num_workers, 1)
-        self.dataset.ticket = (chain._next_epoch, chain._loaded)
-        self._prepare_ring()
-        it = super().__iter__()  # the workers take the ticket as it is now
-        self._began(it)
-        chain._loaded, chain._next_epoch = None, made.epoch + 1
-        self._setup, self._finished, self._handed = made, False, 0
+        world = dataclasses.replace(chain.root.detect_world(), num_workers=num_workers, worker=0)
+        ticket = chain.take_ticket()
+        made = setup(chain.root, chain.specs, world, *ticket)
+        self.batches.ticket = ticket
+        chain.set_epoch(made.epoch + 1)  # what the workers' copies run after this pass too
+        self.expect = chain.ticket
+        self.made, self._world, self._finished, self._handed = made, world, False, 0
+        first = world.reader * max(num_workers, 1)
         n = len(chain.specs)
         self._states = {j: made.states.get(j) or made.fresh_state(j, n)
-                        for j in range(first, first + max(self.num_workers, 1))}
-        stamps = self._unbundled(it)
-        agreement = agreement_for(made, world, chain.root.world is not None)
-        self._agreed = None if agreement is None else Agreed(stamps, agreement)
-        stamps = stamps if self._agreed is None else self._agreed
-        return self._count(stamps) if self._loop_stats is None else self._count_timed(stamps)
+                        for j in range(first, first + max(num_workers, 1))}
 
-    def _count_timed(self, stamps) -> Iterator[Any]:
-        """:meth:`_count`, timing the loop's waits for the stats."""
-        meter = self._loop_stats
+    def stamps(self, stamps: Iterator[Stamp]) -> Iterator[Stamp]:
+        """``stamps``, ended on every rank at the same step when the pass's ranks agree on it (see
+        :mod:`shardstream.process.agree`)."""
+        agreement = agreement_for(self.made, self._world, self.chain.root.world is not None)
+        self._agreed = None if agreement is None else Agreed(stamps, agreement)
+        return stamps if self._agreed is None else self._agreed
+
+    def count(self, stamps: Iterator[Stamp], pin: Callable[[Any], tuple]) -> Iterator[Any]:
+        """The batches of ``stamps`` as the loop gets them, recording each reader's state; ``pin``: the loader's
+        ``(item, whether to pin)`` of a batch from a worker."""
+        for stamp in stamps:
+            self._states[stamp.reader] = stamp.state
+            self._handed += 1
+            yield self.received(*pin(stamp.item))
+        self._finished = True
+
+    def count_timed(self, stamps: Iterator[Stamp], pin: Callable[[Any], tuple], meter) -> Iterator[Any]:
+        """:meth:`count`, timing the loop's waits for the stats."""
         for stamp, asked, got in timed_items(stamps, meter):
             self._states[stamp.reader] = stamp.state
             self._handed += 1
-            batch = self._received(stamp.item)
+            batch = self.received(*pin(stamp.item))
             meter.batch(asked, got, stamp.stats, 0, perf_counter() - got)
             yield batch
         self._finished = True
 
-    def _count(self, stamps) -> Iterator[Any]:
-        for stamp in stamps:
-            self._states[stamp.reader] = stamp.state
-            self._handed += 1
-            yield self._received(stamp.item)
-        self._finished = True
-
-    def _received(self, item) -> Any:
-        item, pin = self._from_worker(item)
-        batch = self._collate(item) if self._collate is not None else self._to_torch(item)
+    def received(self, item: Any, pin: bool) -> Any:
+        if self._collate is not None:
+            batch = self._collate(item)
+        else:
+            batch = self._to_torch(item)
+            if self._ragged == "ragged" and isinstance(batch, dict):
+                batch = {k: to_torch(v, pin) if isinstance(v, Ragged) else v for k, v in batch.items()}
         return _pin_memory(batch) if pin else batch
 
-    def state_dict(self) -> dict:
+    def state_dict(self, num_workers: int) -> dict:
         """The chain's state after the batches handed to the training loop (this rank's readers)."""
-        made = self._setup
+        made = self.made
         if made is None:
             return self.chain.state_dict()
         fp = self.chain.fingerprint()
@@ -162,21 +201,21 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
         states = dict(self._states)
         if self._finished:  # this rank's workers all ended their pass
             states = {j: {**s, "done": True} for j, s in states.items()}
-        w = max(self.num_workers, 1)
-        world = self.chain.root.detect_world()
-        return made.full_state(states, fp, (made.turn + self._handed) % w, world.reader)
+        w = max(num_workers, 1)
+        return made.full_state(states, fp, (made.turn + self._handed) % w, self._world.reader)
 
     def load_state_dict(self, state) -> None:
-        """Resume at the next ``iter(loader)``, on any world."""
         self.chain.load_state_dict(state)
-        self._setup = None
+        self.made = None
 
     def set_epoch(self, epoch: int) -> None:
         self.chain.set_epoch(epoch)
-        self._setup = None
+        self.made = None
 
-    def __del__(self) -> None:
-        try:
-            self.close_stats()
-        except Exception:
-            pass
+
+def __getattr__(name: str):
+    if name == "PipelineDataLoader":  # the former name of the loader over a chain: it is StreamingDataLoader now
+        from .torch import StreamingDataLoader
+
+        return StreamingDataLoader
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import xxhash
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
+from ..integrations.torchenv import register_iterable
 from .agree import Agreed, PassEnd, agreement_for
 from .maps import MapSpec
 from .ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
@@ -140,9 +141,29 @@ class IterableDataset:
         return to_numpy if self.format == "numpy" else converter(self.format)
 
     def __iter__(self) -> Iterator[Any]:
-        ticket = (self._next_epoch, self._loaded)
+        return self.run_pass(self.take_ticket())
+
+    @property
+    def ticket(self) -> tuple:
+        """The pass the next iteration runs: ``(next epoch, loaded state or None)``; it changes exactly when
+        that pass changes (an iteration, :meth:`set_epoch`, :meth:`load_state_dict`)."""
+        return self._next_epoch, self._loaded
+
+    def take_ticket(self) -> tuple:
+        """:attr:`ticket`, taken by whoever runs that pass: a loaded state is then forgotten here."""
+        ticket = self.ticket
         self._loaded = None
-        return self.run_pass(ticket)
+        return ticket
+
+    def run_stamped(self, ticket: tuple, stamp: Callable[[Any, int, dict], Any] = lambda *s: s) -> Iterator[Any]:
+        """The items of the pass ``ticket`` names (see :meth:`run_pass`, without agreeing between ranks), each
+        as ``stamp(item, reader, that reader's state after it)``: what a loader running the chain in its workers
+        records (``StreamingDataLoader`` over a chain, which agrees for its workers)."""
+        it = self.run_pass(ticket, agree=False)
+        _, run, reader = self._active
+        state = run.state
+        for item in it:
+            yield stamp(item, reader, state())
 
     def run_pass(self, ticket: tuple, meter=None, agree: bool = True) -> Iterator[Any]:
         """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader;
@@ -337,3 +358,6 @@ def _refuse(kwargs: dict, op: str, known: set) -> None:
         names = sorted(kwargs)
         raise InvalidArgumentError(f"{op}() got keywords {names} that a stream does not support"
                                    + (f" (known HF keywords not supported here: {sorted(known)})" if known else ""))
+
+
+register_iterable(IterableDataset)  # a torch IterableDataset once torch is imported (torch is never imported here)
