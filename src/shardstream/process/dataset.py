@@ -267,13 +267,14 @@ def _same(v):
 
 def _items(run: Run, convert) -> Iterator[Any]:
     nxt = run.next
+    same = convert is _same
     try:
         while True:
             try:
                 _, v = nxt()
             except StopIteration:
                 return
-            yield convert(v)
+            yield v if same else convert(v)
     finally:
         run.close()
 
