@@ -13,6 +13,7 @@ from shardstream.process.maps import FilterStage, MapStage
 from shardstream.process.ops import ShuffleStage
 from shardstream.process.run import Run, setup
 from shardstream.process.source import SourceStage
+from shardstream.testing.chains import check_chain_resumes
 
 BUFFER = 50
 
@@ -37,7 +38,22 @@ def test_the_stages_of_a_light_chain_pass_runs_not_single_items(jsonl_dir, monke
     assert len(rows) > 300 and all(r["n"] % 3 for r in rows)
     assert calls["SourceStage"] == 0 and calls["MapStage"] == 0  # the shuffle and the filter take runs
     assert calls["ShuffleStage"] < 2 * BUFFER  # only draining its buffer once the source ran out
-    assert calls["FilterStage"] == len(rows) + 1  # the consumer takes the last stage's items one by one
+    assert calls["FilterStage"] == 0  # and so does the loop's iterator, giving back what a state finds unused
+
+
+def test_a_state_saved_inside_a_run_resumes_exactly(jsonl_dir):
+    """A chain iterated takes runs of the last stage's rows; a state saved before a run is used up counts its
+    rest as not handed on (on the same world and on others)."""
+    roots = {}
+
+    def make(world):
+        if world not in roots:
+            roots[world] = ss.StreamingDataset(local=jsonl_dir, world=world)
+        return roots[world].shuffle(seed=3, buffer_size=BUFFER).map(lengths, batched=True, batch_size=16).filter(
+            lambda r: r["n"] % 3 != 0)
+    report = check_chain_resumes(make, [(1, 1, 0), (2, 1, 0), (1, 1, 2)], key=lambda r: r["id"],
+                                 steps=[1, 2, 3, 5, 8, 40, 63, 64, 65, 100, 129, 250])
+    assert report.saves >= 30 and report.resumes == report.saves * 3
 
 
 def _run(chain, loaded=None) -> Run:

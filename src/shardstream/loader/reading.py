@@ -150,7 +150,9 @@ class PassReader:
                         for lo, hi in zip(bounds[:-1], bounds[1:]):
                             first = int(chunk.local[lo])
                             reader = getters.run(int(chunk.shards[lo]))
-                            yield list(reader.iter_range(first, first + hi - lo, columns))
+                            as_list = getattr(reader, "rows_range", None)
+                            yield (as_list(first, first + hi - lo, columns) if as_list is not None
+                                   else list(reader.iter_range(first, first + hi - lo, columns)))
                         continue
                     yield _looked_up(getters, chunk)
                 finally:

@@ -266,15 +266,12 @@ def _same(v):
 
 
 def _items(run: Run, convert) -> Iterator[Any]:
-    nxt = run.next
-    same = convert is _same
     try:
-        while True:
-            try:
-                _, v = nxt()
-            except StopIteration:
-                return
-            yield v if same else convert(v)
+        if convert is _same:
+            yield from run.values()
+        else:
+            for v in run.values():
+                yield convert(v)
     finally:
         run.close()
 

@@ -239,6 +239,13 @@ class _Applies(Stage):
         rows.reverse()
         return keys, rows
 
+    def give_back(self, keys: list, rows: list) -> None:
+        """Take back the last rows of the run :meth:`next_run` handed on (the consumer did not use them):
+        they are handed on again, and the state counts them as not handed on."""
+        self.out_keys.extend(reversed(keys))
+        self.out_rows.extend(reversed(rows))
+        self.cut -= len(keys)
+
     def _look_ahead(self) -> None:
         """Pull the next groups now and have a thread apply the function to them while the current group
         is handed on (for functions that release the GIL, such as tokenizers)."""
