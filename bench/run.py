@@ -33,6 +33,7 @@ import bench_handoff_report
 import bench_loader
 import bench_loader_stats
 import bench_mix
+import bench_lightchain
 import bench_pipeline
 import bench_plan
 import bench_remote
@@ -196,7 +197,8 @@ def summarize_targets(R: dict) -> list[dict]:
         rows.append(_target(f"Writing vs streaming.MDSWriter, compression={comp}", a, b, TARGET_WRITE_MOSAIC))
     return (rows + bench_plan.target_rows(R.get("plan")) + _loader_targets(R.get("loader"))
             + bench_mix.target_rows(R.get("mix")) + bench_files.target_rows(R.get("files"))
-            + bench_pipeline.target_rows(R.get("pipeline")) + bench_convert.target_rows(R.get("convert"))
+            + bench_pipeline.target_rows(R.get("pipeline")) + bench_lightchain.target_rows(R.get("lightchain"))
+            + bench_convert.target_rows(R.get("convert"))
             + bench_textshards.target_rows(R.get("textshards"))
             + bench_handoff_report.target_rows(R.get("handoff"))
             + bench_handoff_report.target_rows(R.get("handoff_gpu"))
@@ -409,6 +411,9 @@ def render(R: dict, images: list[tuple[str, str]] = ()) -> str:
     if R.get("pipeline"):
         L += [bench_pipeline.markdown(R["pipeline"]).replace("## Text LM", f"## {n}. Text LM", 1), ""]
         n += 1
+    if R.get("lightchain"):
+        L += [bench_lightchain.markdown(R["lightchain"]).replace("## Light chain", f"## {n}. Light chain", 1), ""]
+        n += 1
     if R.get("convert"):
         L += [bench_convert.markdown(R["convert"]).replace("## Converting", f"## {n}. Converting", 1), ""]
         n += 1
@@ -494,6 +499,12 @@ def main() -> None:
                     help="timed passes per sequential measurement of the Parquet / JSONL section")
     ap.add_argument("--pipeline-docs", type=int, default=bench_pipeline.DEFAULT_DOCS,
                     help="documents of the text LM pipeline section (bench/bench_pipeline.py; 0 to skip)")
+    ap.add_argument("--lightchain-rows", type=int, default=bench_lightchain.DEFAULT_ROWS,
+                    help="rows of the light chain section (bench/bench_lightchain.py; 0 to skip)")
+    ap.add_argument("--lightchain-repeats", type=int, default=5, help="fresh processes per light chain case")
+    ap.add_argument("--lightchain-wait", type=float, default=10.0,
+                    help="before each light chain measurement, wait up to this many seconds for the CPUs to be at "
+                    "most 25%% busy (0: never wait)")
     ap.add_argument("--pipeline-repeats", type=int, default=3, help="epochs (fresh processes) per pipeline case")
     ap.add_argument("--pipeline-resume-repeats", type=int, default=3,
                     help="resumptions per position in the pipeline section (0 skips them)")
@@ -510,7 +521,8 @@ def main() -> None:
                     "25%% busy (0: never wait)")
     ap.add_argument("--only", choices=sorted(ONLY), help="run only this section, put its results into the raw "
                     "results of the last full run (--json) and re-render --out from them; with --from-json, take "
-                    "the section's results from that file (bench/bench_pipeline.py, bench/bench_convert.py, "
+                    "the section's results from that file (bench/bench_pipeline.py, bench/bench_lightchain.py, "
+                    "bench/bench_convert.py, "
                     "bench/bench_textshards.py or bench/bench_handoff.py --json) instead of measuring")
     ap.add_argument("--from-json", help="only re-render --out from the raw results of an earlier run")
     args = ap.parse_args()
@@ -590,6 +602,8 @@ def main() -> None:
         R["files"] = _run_files(args, work)
     if args.pipeline_docs:
         R["pipeline"] = _run_pipeline(args)
+    if args.lightchain_rows:
+        R["lightchain"] = _run_lightchain(args)
     if args.convert_rows:
         R["convert"] = _run_convert(args)
     if args.textshards_samples:
@@ -628,6 +642,15 @@ def _run_pipeline(args) -> dict:
     wrong = bench_pipeline.failed(R)
     if wrong:
         log(f"!! text LM pipeline section: failed or wrong: {', '.join(wrong)}")
+    return R
+
+
+def _run_lightchain(args) -> dict:
+    R = bench_lightchain.run_lightchain(bench_lightchain.DATA, args.lightchain_rows, repeats=args.lightchain_repeats,
+                                        wait_s=args.lightchain_wait)
+    wrong = bench_lightchain.failed(R)
+    if wrong:
+        log(f"!! light chain section: failed or wrong: {', '.join(wrong)}")
     return R
 
 
@@ -675,6 +698,7 @@ def _needs_gpu_json(args) -> dict:
 # --only SECTION: (key in the raw results, how to measure it, its Markdown alone)
 ONLY = {"files": ("files", _run_files, bench_files.markdown),
         "pipeline": ("pipeline", _run_pipeline, bench_pipeline.markdown),
+        "lightchain": ("lightchain", _run_lightchain, bench_lightchain.markdown),
         "convert": ("convert", _run_convert, bench_convert.markdown),
         "textshards": ("textshards", _run_textshards, bench_textshards.markdown),
         "loaderstats": ("loader_stats", _run_loader_stats, bench_loader_stats.markdown),
@@ -683,7 +707,8 @@ ONLY = {"files": ("files", _run_files, bench_files.markdown),
 
 
 def run_only(args) -> None:
-    """``--only files`` / ``pipeline`` / ``convert`` / ``textshards`` / ``loaderstats`` / ``handoff``: that section alone,
+    """``--only files`` / ``pipeline`` / ``lightchain`` / ``convert`` / ``textshards`` / ``loaderstats`` /
+    ``handoff``: that section alone,
     merged into the raw results of the last full run (the other
     sections are kept as they were measured), then the whole report re-rendered. Without earlier raw
     results, --out gets the section alone."""

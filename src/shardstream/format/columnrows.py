@@ -88,6 +88,12 @@ class ValueRows(ShardRows):
         for values in zip(*(c[start:stop] for _, c in pairs)):
             yield dict(zip(names, values))
 
+    def rows_range(self, start: int, stop: int, columns: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
+        """The rows of :meth:`iter_range`, as a list."""
+        pairs = self._pairs(columns)
+        names = [n for n, _ in pairs]
+        return [dict(zip(names, values)) for values in zip(*(c[start:stop] for _, c in pairs))]
+
     def kinds(self, columns: Optional[Sequence[str]] = None) -> list[tuple[str, str, Any]]:
         return piece_kinds(self.piece, columns)
 

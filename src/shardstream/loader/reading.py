@@ -133,6 +133,33 @@ class PassReader:
         finally:
             held.close()
 
+    def sample_runs(self) -> Iterator[list]:
+        """The samples of :meth:`samples`, in the same order, as lists (a run of one shard, or a chunk's
+        lookups), for a consumer that takes many at a time (a processing chain's source). Does not count
+        ``yielded``: such a consumer keeps its own position."""
+        columns = self.columns
+        held = _Held(self.table, columns)
+        try:
+            for chunk, pinned in self.chunks():
+                getters = held.enter(pinned)
+                if record.ON:
+                    self._count_streams(chunk.shards)
+                try:
+                    bounds = long_runs(chunk.flat, chunk.shards)
+                    if bounds is not None:  # long runs of consecutive samples: decode them in order
+                        for lo, hi in zip(bounds[:-1], bounds[1:]):
+                            first = int(chunk.local[lo])
+                            reader = getters.run(int(chunk.shards[lo]))
+                            as_list = getattr(reader, "rows_range", None)
+                            yield (as_list(first, first + hi - lo, columns) if as_list is not None
+                                   else list(reader.iter_range(first, first + hi - lo, columns)))
+                        continue
+                    yield _looked_up(getters, chunk)
+                finally:
+                    getters.done()
+        finally:
+            held.close()
+
     def made(self, fetch: Callable[[int], Any]) -> Iterator[Any]:
         """``fetch(sample id)`` for each of this worker's samples (shards still prepared ahead)."""
         current = self.current
@@ -310,3 +337,19 @@ def long_runs(flat: np.ndarray, shards: np.ndarray) -> Optional[list[int]]:
     if (len(cuts) - 1) * 8 >= len(flat):
         return None
     return [0, *cuts]
+
+
+def _looked_up(getters, chunk) -> list:
+    """A chunk's samples looked up one by one (as :meth:`PassReader.samples` does), as a list."""
+    out: list = []
+    found, miss, own = getters.found, getters.miss, getters.own
+    for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
+        if own is not None and shard != own:
+            getters.leave()
+            own = None
+        get = found.get(shard)
+        if get is None:
+            get = miss(shard)
+            own = getters.own
+        out.append(get(off))
+    return out

@@ -307,14 +307,12 @@ def _same(v):
 
 
 def _items(run: Run, convert) -> Iterator[Any]:
-    nxt = run.next
     try:
-        while True:
-            try:
-                _, v = nxt()
-            except StopIteration:
-                return
-            yield convert(v)
+        if convert is _same:
+            yield from run.values()
+        else:
+            for v in run.values():
+                yield convert(v)
     finally:
         run.close()
 

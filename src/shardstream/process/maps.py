@@ -29,6 +29,7 @@ import inspect
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
@@ -44,7 +45,7 @@ def to_batch(rows: list[dict]) -> dict[str, list]:
     """Rows as HF's batched form: column -> list (columns of the first row)."""
     if not rows:
         return {}
-    return {c: [r[c] for r in rows] for c in rows[0]}
+    return {c: list(map(itemgetter(c), rows)) for c in rows[0]}
 
 
 def to_rows(batch: dict, n: Optional[int] = None) -> list[dict]:
@@ -105,16 +106,41 @@ class _Applies(Stage):
             hint = f"\n(column {exc} is missing? the rows have the columns {list(arg)})"
         raise self._error(keys, "".join(traceback.format_exception(exc)).rstrip() + hint) from exc
 
-    def results(self, args: list, keys_of: list) -> list:
-        """The function's result on each of ``args`` (rows, or one batch), ``keys_of`` their input keys; an
-        async function's coroutines are awaited together (see :mod:`.awaiting`)."""
-        out = [self.call(a, k) for a, k in zip(args, keys_of)]
+    def results(self, args: list, keys: list, each: bool) -> list:
+        """The function's result on each of ``args``: rows (``each``: ``keys`` holds each row's key), or one
+        batch (``keys``: its rows' keys); an async function's coroutines are awaited together (see
+        :mod:`.awaiting`)."""
+        def keys_of(i: int) -> list:
+            return [keys[i]] if each else keys
+
+        out = self._plain_calls(args, keys_of)
+        if out is None:
+            out = [self.call(a, keys_of(i)) for i, a in enumerate(args)]
         if out and (self.spec.is_async or inspect.isawaitable(out[0]) or inspect.isawaitable(out[-1])):
             at = [i for i, v in enumerate(out) if inspect.isawaitable(v)]
             if self.awaiter is None:
                 self.awaiter = Awaiter(self.spec.op)
             for i, (ok, v) in zip(at, self.awaiter.outcomes([out[i] for i in at])):
-                out[i] = v if ok else self.failed(v, args[i], keys_of[i])
+                out[i] = v if ok else self.failed(v, args[i], keys_of(i))
+        return out
+
+    def _plain_calls(self, args: list, keys_of: Callable[[int], list]) -> Optional[list]:
+        """The function called on each of ``args`` in one loop (None when it takes ``input_columns``): a
+        failure is handled as :meth:`call` does, and the loop goes on after it."""
+        if self.spec.input_columns is not None:
+            return None
+        fn, out, i = self.fn, [], 0
+        append = out.append
+        while i < len(args):
+            try:
+                for a in args[i:] if i else args:
+                    append(fn(a))
+            except Exception as exc:
+                i = len(out)
+                append(self.failed(exc, args[i], keys_of(i)))
+                i += 1
+            else:
+                break
         return out
 
     def _error(self, keys: list, what: str) -> TransformError:
@@ -175,7 +201,8 @@ class _Applies(Stage):
                 return True
         return False
 
-    def next(self) -> tuple[Any, Any]:
+    def _refill(self) -> None:
+        """Make the next group that hands on rows current (StopIteration at the end of the pass)."""
         while not self.out_keys:
             if self.later and self._next_group():
                 break
@@ -188,8 +215,36 @@ class _Applies(Stage):
                     raise StopIteration
                 self.start(keys, rows)
             self._look_ahead()
+
+    def next(self) -> tuple[Any, Any]:
+        if not self.out_keys:
+            self._refill()
         self.cut += 1
         return self.out_keys.pop(), self.out_rows.pop()
+
+    def next_run(self, n: int) -> tuple[list, list]:
+        """The current group's next rows, up to ``n`` (a group of rows is handed on as runs)."""
+        out_keys, out_rows = self.out_keys, self.out_rows
+        if not out_keys:
+            try:
+                self._refill()
+            except StopIteration:
+                return [], []
+            out_keys, out_rows = self.out_keys, self.out_rows
+        k = min(n, len(out_keys))
+        keys, rows = out_keys[-k:], out_rows[-k:]
+        del out_keys[-k:], out_rows[-k:]
+        self.cut += k
+        keys.reverse()
+        rows.reverse()
+        return keys, rows
+
+    def give_back(self, keys: list, rows: list) -> None:
+        """Take back the last rows of the run :meth:`next_run` handed on (the consumer did not use them):
+        they are handed on again, and the state counts them as not handed on."""
+        self.out_keys.extend(reversed(keys))
+        self.out_rows.extend(reversed(rows))
+        self.cut -= len(keys)
 
     def _look_ahead(self) -> None:
         """Pull the next groups now and have a thread apply the function to them while the current group
@@ -239,19 +294,19 @@ class MapStage(_Applies):
         spec = self.spec
         if not spec.batched:
             out = []
-            for k, row, made in zip(keys, rows, self.results(rows, [[k] for k in keys])):
+            for k, row, made in zip(keys, rows, self.results(rows, keys, True)):
                 if made is _SKIPPED:
                     self.errors += 1
                     continue
                 out.append((k, spec.merge(row, made)))
             return [k for k, _ in out], [r for _, r in out]
-        made = self.results([to_batch(rows)], [keys])[0]
+        made = self.results([to_batch(rows)], keys, False)[0]
         if made is _SKIPPED:
             self.errors += len(keys)
             return [], []
         n = _rows_in(made, f"the function given to map ({describe_callable(self.fn)['callable']})")
         if n == len(rows):
-            return list(keys), [spec.merge(r, m) for r, m in zip(rows, to_rows(made, n))]
+            return list(keys), spec.merge_columns(rows, made)
         group = tuple(keys)
         return [("m", group, i) for i in range(n)], to_rows(made, n)
 
@@ -261,7 +316,7 @@ class MapStage(_Applies):
         if plain:
             inputs = self.source.recreate(plain)
             _, rows = self.apply(plain, inputs) if self.spec.batched else (None, [
-                self.spec.merge(r, m) for r, m in zip(inputs, self.results(inputs, [[k] for k in plain]))])
+                self.spec.merge(r, m) for r, m in zip(inputs, self.results(inputs, plain, True))])
             made.update(zip(plain, rows))
         for group in {k[1] for k in keys if isinstance(k, tuple) and k[0] == "m"}:
             inputs = list(group)
@@ -279,7 +334,7 @@ class FilterStage(_Applies):
 
     def process(self, keys: list, rows: list) -> tuple[list, list]:
         if self.spec.batched:
-            verdicts = self.results([to_batch(rows)], [keys])[0]
+            verdicts = self.results([to_batch(rows)], keys, False)[0]
             if verdicts is _SKIPPED:
                 self.errors += len(keys)
                 return [], []
@@ -288,7 +343,7 @@ class FilterStage(_Applies):
                 raise InvalidArgumentError(f"a batched filter function must return one bool per row: got "
                                            f"{len(verdicts)} for {len(rows)} rows")
         else:
-            verdicts = self.results(rows, [[k] for k in keys])
+            verdicts = self.results(rows, keys, True)
             if self.spec.skip_errors:
                 skipped = sum(v is _SKIPPED for v in verdicts)
                 if skipped:
@@ -366,6 +421,17 @@ class MapSpec:
             out = dict(row)
         out.update(made)
         return out
+
+    def merge_columns(self, rows: list[dict], made: dict) -> list[dict]:
+        """:meth:`merge` of each row with its values of the batch ``made`` (column -> one value per row)."""
+        if self.remove_columns:
+            gone = self.remove_columns
+            rows = [{c: v for c, v in row.items() if c not in gone} for row in rows]
+        if len(made) == 1:
+            (name, values), = made.items()
+            return [{**row, name: v} for row, v in zip(rows, values)]
+        names = list(made)
+        return [{**row, **dict(zip(names, vs))} for row, vs in zip(rows, zip(*made.values()))]
 
     def build(self, source: Stage, ctx: ReaderContext) -> Stage:
         return self.stage(source, ctx, self)

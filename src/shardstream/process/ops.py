@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..stats import record
 from .keys import decode_all, encode_all
-from .stage import ReaderContext, Stage, deal, pull
+from .stage import ReaderContext, Stage, deal, pull, pull_each
 
 _DRAWS = 1024
 
@@ -52,15 +52,20 @@ class ShuffleStage(Stage):
         if draws:
             self.bitgen.advance(draws)
         self.gen = np.random.Generator(self.bitgen)
-        self.block = self.gen.random(_DRAWS).tolist()
+        self.array = self.gen.random(_DRAWS)
+        self.block = self.array.tolist()
         self.drawn = draws  # draws taken before this block
+        self.at = 0
+
+    def _refill(self) -> None:
+        self.drawn += _DRAWS
+        self.array = self.gen.random(_DRAWS)
+        self.block = self.array.tolist()
         self.at = 0
 
     def _draw(self) -> float:
         if self.at == _DRAWS:
-            self.drawn += _DRAWS
-            self.block = self.gen.random(_DRAWS).tolist()
-            self.at = 0
+            self._refill()
         u = self.block[self.at]
         self.at += 1
         return u
@@ -90,6 +95,50 @@ class ShuffleStage(Stage):
         keys.pop()
         values.pop()
         return out
+
+    def next_run(self, n: int) -> tuple[list, list]:
+        """As many ``next`` calls: a run of new items from the source, each swapped into the buffer at one
+        draw (the same draws, in the same order); filling, draining and an over-full buffer item by item."""
+        keys, values, size = self.keys, self.values, self.size
+        if self.ended or len(keys) >= size:
+            if self.ended or len(keys) > size:
+                return pull_each(self, n)
+        else:
+            more_keys, more_values = pull(self.source, size - len(keys))
+            keys += more_keys
+            values += more_values
+            if len(keys) < size:
+                self.ended = True
+                return pull_each(self, n)
+        new_keys, new_values = self.source.next_run(n)
+        if not new_keys:
+            self.ended = True
+            return pull_each(self, n)
+        return self._swap(new_keys, new_values)
+
+    def _swap(self, new_keys: list, new_values: list) -> tuple[list, list]:
+        """Each new item put into the buffer in place of a drawn one, which is handed on."""
+        keys, values = self.keys, self.values
+        out_keys, out_values = [], []
+        for i, k, v in zip(self._slots(len(new_keys)), new_keys, new_values):
+            out_keys.append(keys[i])
+            out_values.append(values[i])
+            keys[i] = k
+            values[i] = v
+        return out_keys, out_values
+
+    def _slots(self, n: int) -> list:
+        """The buffer slots of the next ``n`` draws (``int(draw * size)``, as ``next`` computes each)."""
+        parts = []
+        while n:
+            if self.at == _DRAWS:
+                self._refill()
+            k = min(n, _DRAWS - self.at)
+            parts.append(self.array[self.at:self.at + k])
+            self.at += k
+            n -= k
+        u = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return (u * float(self.size)).astype(np.int64).tolist()
 
     def get_state(self) -> dict:
         return {"keys": encode_all(self.keys), "draws": self.drawn + self.at}

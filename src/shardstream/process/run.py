@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from .stage import ReaderContext, deal
 
 PIPELINE_STATE_VERSION = 1
 KIND = "shardstream.pipeline"
+_RUN = 64  # items Run.values takes from the last stage at once, at most
 
 
 @dataclass
@@ -190,6 +191,10 @@ class Run:
         self.replay = deque(decode_all(state.get("pending", [])) if state else [])
         self.replay_values: deque = deque()
         self.done = False
+        self.held_keys: list = []  # a run taken from the last stage by values(), and how much of it went on
+        self.held_values: list = []
+        self.held_at = 0
+        self.run_size = 1
 
     def next(self) -> tuple[Any, Any]:
         """The next ``(key, value)`` of this reader (items owed by a resume first)."""
@@ -203,8 +208,40 @@ class Run:
             self.done = True
             raise
 
+    def values(self) -> Iterator[Any]:
+        """This reader's values, one by one: taken from the last stage in runs when it can take back what
+        was not handed on (``give_back``), which :meth:`state` does first; the runs grow from one item,
+        and start again from one after a state, so that a state per item costs no more than ``next``."""
+        runs = getattr(self.last, "give_back", None) is not None
+        while True:
+            if self.replay or not runs:
+                try:
+                    _, v = self.next()
+                except StopIteration:
+                    return
+                yield v
+                continue
+            keys, values = self.last.next_run(self.run_size)
+            if not keys:
+                self.done = True
+                return
+            self.run_size = min(self.run_size * 2, _RUN)
+            self.held_keys, self.held_values, self.held_at = keys, values, 0
+            while self.held_at < len(self.held_keys):  # state() empties it
+                at = self.held_at
+                self.held_at = at + 1
+                yield self.held_values[at]
+
+    def _give_back(self) -> None:
+        at = self.held_at
+        if at < len(self.held_keys):
+            self.last.give_back(self.held_keys[at:], self.held_values[at:])
+            self.run_size = 1
+        self.held_keys, self.held_values, self.held_at = [], [], 0
+
     def state(self, pending=()) -> dict:
         """This reader's state after what it handed on; ``pending``: keys it made that were not consumed."""
+        self._give_back()
         state = {"frontier": self.source.frontier, "stages": [s.get_state() for s in self.stages],
                  "pending": encode_all(list(pending) + list(self.replay))}
         if self.done and not state["pending"]:

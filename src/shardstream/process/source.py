@@ -166,34 +166,70 @@ class SourceStage(Stage):
         self.plan = PaddedPlan(plan, grid.end) if grid.end > plan.end else plan
         self.frontier = grid.first(ctx.reader)
         self._it: Optional[Iterator[Any]] = None
+        self._keys: list = []  # the run being handed on: positions, samples, and how many were handed on
+        self._values: list = []
+        self._at = 0
         self._span = None  # (first position, sample ids) of the last range looked up for recreate
 
-    def _open(self) -> Iterator[tuple[int, Any]]:
+    def _open(self) -> Iterator[tuple[list, list]]:
+        """Runs of ``(positions, samples)``: the pass reader's runs of samples, with their positions."""
         seen: deque = deque()
         chunks = self.grid.chunks(self.ctx.reader, self.frontier)
         root = self.root
         current = _GridPass(_GridPlan(self.plan, chunks, seen))
         reader = PassReader(root.table, current, None, predownload=root.predownload, threads=root.download_threads,
                             limit=root.cache_limit, shuffle=bool(root.options.shuffle))
-        samples = reader.samples()
+        runs = reader.sample_runs()
         pos: list = []
         i = 0
         try:
-            for sample in samples:
-                if i == len(pos):
-                    pos, i = seen.popleft().tolist(), 0
-                p = pos[i]
-                i += 1
-                yield p, sample
+            for run in runs:
+                at = 0
+                while at < len(run):  # a run lies within one chunk of positions; cut it where one ends
+                    if i == len(pos):
+                        pos, i = seen.popleft().tolist(), 0
+                    k = min(len(run) - at, len(pos) - i)
+                    yield pos[i:i + k], (run if k == len(run) else run[at:at + k])
+                    at += k
+                    i += k
         finally:
-            samples.close()
+            runs.close()
 
-    def next(self) -> tuple[int, Any]:
+    def _fill(self) -> bool:
+        """Make the next run of positions and samples the one handed on; False at the end of the pass."""
         if self._it is None:
             self._it = self._open()
-        p, sample = next(self._it)
+        for keys, values in self._it:
+            self._keys, self._values, self._at = keys, values, 0
+            return True
+        self._keys, self._values, self._at = [], [], 0
+        return False
+
+    def next(self) -> tuple[int, Any]:
+        at = self._at
+        if at == len(self._keys):
+            if not self._fill():
+                raise StopIteration
+            at = 0
+        self._at = at + 1
+        p = self._keys[at]
         self.frontier = p + 1
-        return p, sample
+        return p, self._values[at]
+
+    def next_run(self, n: int) -> tuple[list, list]:
+        at = self._at
+        if at == len(self._keys):
+            if not self._fill():
+                return [], []
+            at = 0
+        keys, values = self._keys, self._values
+        if at == 0 and n >= len(keys):
+            self._at = len(keys)
+        else:
+            self._at = min(at + n, len(keys))
+            keys, values = keys[at:self._at], values[at:self._at]
+        self.frontier = keys[-1] + 1
+        return keys, values
 
     def get_state(self) -> dict:
         return {"frontier": self.frontier}
@@ -243,5 +279,6 @@ class SourceStage(Stage):
 
     def close(self) -> None:
         it, self._it = self._it, None
+        self._keys, self._values, self._at = [], [], 0
         if it is not None:
             it.close()

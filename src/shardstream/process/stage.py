@@ -63,6 +63,13 @@ class Stage(Node):
     def next(self) -> tuple[Any, Any]:
         raise NotImplementedError
 
+    def next_run(self, n: int) -> tuple[list, list]:
+        """Up to ``n`` next items (at least one) as ``(keys, values)``; empty lists once the pass is over.
+        The same items, in the same order and with the same state after them, as ``n`` calls of ``next``:
+        a stage that holds items ready hands on a run of them at once (a chain's stages pass runs, not
+        items, between them); by default, ``next`` item by item."""
+        return pull_each(self, n)
+
     def get_state(self) -> dict:
         return {}
 
@@ -87,7 +94,22 @@ class Stage(Node):
 
 
 def pull(source: Stage, n: int) -> tuple[list, list]:
-    """Up to ``n`` items of ``source``, as ``(keys, values)`` (fewer at the end of its pass)."""
+    """Up to ``n`` items of ``source``, as ``(keys, values)`` (fewer at the end of its pass only)."""
+    keys, values = source.next_run(n)
+    if len(keys) >= n or not keys:
+        return keys, values
+    keys, values = list(keys), list(values)
+    while len(keys) < n:
+        more_keys, more_values = source.next_run(n - len(keys))
+        if not more_keys:
+            break
+        keys += more_keys
+        values += more_values
+    return keys, values
+
+
+def pull_each(source: Stage, n: int) -> tuple[list, list]:
+    """Up to ``n`` items of ``source``, one ``next`` each."""
     keys, values = [], []
     nxt = source.next
     for _ in range(n):
