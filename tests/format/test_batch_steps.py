@@ -15,7 +15,7 @@ from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, Stre
 from shardstream.format.customencodings import registered_encodings
 from shardstream.format.stepbatch import decode_joined, decode_strided
 from shardstream.loader import blocks
-from shardstream.loader.reading import decode_step
+from shardstream.engine.reading import decode_step
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

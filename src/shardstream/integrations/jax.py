@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..loader.batches import BatchLoader
+from ..loaders.batches import BatchLoader
 from ..plan import World
 
 
@@ -47,7 +47,7 @@ def _putter(device):
 
 
 class JaxLoader(BatchLoader):
-    """A :class:`~shardstream.loader.batches.BatchLoader` for JAX hosts.
+    """A :class:`~shardstream.loaders.batches.BatchLoader` for JAX hosts.
 
     ``sharding``: a ``jax.sharding.Sharding`` of the global batch; each numpy column is
     turned into a global ``jax.Array`` in the background thread (its time counts as ``transform`` in

@@ -1,7 +1,7 @@
 """PyTorch: a DataLoader over a processing chain (``StreamingDataLoader(ds.map(...).pack(...))``).
 
 Each DataLoader worker (or the main process, with ``num_workers=0``) runs one reader of the
-chain (see :mod:`shardstream.process.run`) and sends every batch stamped with its reader's
+chain (see :mod:`shardstream.engine.run`) and sends every batch stamped with its reader's
 state after it. The main process keeps the last stamp of each of its workers, so
 ``state_dict()`` counts the batches handed to the training loop, not those prefetched, and
 resumes on any world (other ranks, other worker counts) with nothing repeated or lost.
@@ -20,12 +20,12 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
-from ..process.agree import Agreed, agreement_for
-from ..process.run import setup
+from ..engine.agree import Agreed, agreement_for
+from ..engine.run import setup
 from ..stats.loaders import LoaderStatsMixin, timed_items
-from .tensors import converter, to_numpy
+from ..runtime.tensors import converter, to_numpy
 from .torch import keep
-from .torchenv import WorkerStart
+from ..runtime.torchenv import WorkerStart
 from .torchring import RingCollate, slot_estimate
 from .torchsend import WorkerTransfer, sent
 

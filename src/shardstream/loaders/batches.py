@@ -20,7 +20,7 @@ from ..errors import InvalidArgumentError, ShardstreamError
 from ..plan import World
 from ..stats.loaders import LoaderStatsMixin, rows_of
 from ..stats.meter import add_after, metered
-from .nodes import Consumed, Stamped, stamped
+from ..engine.nodes import Consumed, Stamped, stamped
 
 _END = object()
 

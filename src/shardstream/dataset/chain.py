@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import xxhash
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
-from .agree import Agreed, PassEnd, agreement_for
-from .maps import MapSpec
-from .ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
-from .prefetch import Prefetched
-from .run import KIND, PIPELINE_STATE_VERSION, Run, plan_pass, setup
+from ..engine.agree import Agreed, PassEnd, agreement_for
+from ..engine.maps import MapSpec
+from ..engine.ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
+from ..engine.readahead import Prefetched
+from ..engine.run import KIND, PIPELINE_STATE_VERSION, Run, plan_pass, setup
 
 FORMATS = (None, "python", "numpy", "np", "torch", "pt", "jax")
 
@@ -126,7 +126,7 @@ class IterableDataset:
     def cache(self, output: str, **kwargs):
         """Write this chain's rows once to MDS at ``output`` (a directory or any fsspec URL) with its
         fingerprint, and return a StreamingDataset over them; a later call with the same source and
-        operations reuses them (see :func:`~shardstream.process.cache.cache_to_mds`)."""
+        operations reuses them (see :func:`~shardstream.dataset.cache.cache_to_mds`)."""
         from .cache import cache_to_mds
 
         return cache_to_mds(self, output, **kwargs)
@@ -135,7 +135,7 @@ class IterableDataset:
     def _convert(self) -> Callable[[Any], Any]:
         if self.format is None:
             return _same
-        from ..integrations.tensors import converter, to_numpy
+        from ..runtime.tensors import converter, to_numpy
 
         return to_numpy if self.format == "numpy" else converter(self.format)
 

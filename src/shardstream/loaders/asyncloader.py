@@ -24,7 +24,7 @@ from ..stats.meter import BatchMeter
 def as_chain(source):
     """``source`` as a processing chain: an IterableDataset as it is, a StreamingDataset's own chain, a
     sharded source's dataset."""
-    from .dataset import IterableDataset
+    from ..dataset.chain import IterableDataset
 
     if isinstance(source, IterableDataset):
         return source

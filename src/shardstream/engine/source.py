@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from ..loader.reading import PassReader
+from .reading import PassReader
 from ..plan import World
 from .stage import ReaderContext, Stage
 
