@@ -1,4 +1,4 @@
-"""What the ranks' agreement on where a pass ends costs per batch (see shardstream/process/agree.py).
+"""What the ranks' agreement on where a pass ends costs per batch (see shardstream/engine/agree.py).
 
     .venv/bin/python bench/bench_agreement.py [--steps 3000] [--ranks 2 4 8]
 

@@ -73,9 +73,9 @@ OFF_COST = [
      "`with record.timed(\"collate\")`: one small object and a test of `record.ON` per batch (per-sample path)"),
     ("src/shardstream/stats/record.py", "timed.__enter__ / __exit__",
      "`perf_counter() if ON else 0.0` and `if self.t0:`"),
-    ("src/shardstream/loader/batches.py", "BatchLoader._consume", "`if meter is not None` twice per batch"),
-    ("src/shardstream/loader/batches.py", "_Producer._run", "`add_after(batch.stats, ...)` only with a transform"),
-    ("src/shardstream/loader/prefetch.py, engine/reading.py, storage/",
+    ("src/shardstream/loaders/batches.py", "BatchLoader._consume", "`if meter is not None` twice per batch"),
+    ("src/shardstream/loaders/batches.py", "_Producer._run", "`add_after(batch.stats, ...)` only with a transform"),
+    ("src/shardstream/engine/prefetch.py, engine/reading.py, storage/",
      "download, cache and eviction points", "`if record.ON:` (or `perf_counter() if record.ON else 0.0`) per "
      "chunk of the plan, per step or per shard, never per sample"),
 ]
