@@ -202,3 +202,18 @@ def test_a_buffer_draws_a_new_order_each_epoch_and_resumes_in_it(jsonl_dir):
         resumed = make()
         resumed.load_state_dict(state)
         assert head + [r["id"] for r in resumed] == e1
+
+
+def test_a_chain_over_mds_shards_saves_and_resumes(tmp_path):
+    """The fingerprint of a chain over MDS shards names their files (an MDS shard is not a piece of a data file,
+    though both carry a version)."""
+    with ss.MDSWriter(out=str(tmp_path), columns={"id": "int"}, size_limit=1 << 10) as w:
+        for i in range(50):
+            w.write({"id": i})
+    chain = ss.StreamingDataset(local=str(tmp_path), shuffle=True).map(lambda r: {"id": r["id"] * 2})
+    it = iter(chain)
+    head = [next(it)["id"] for _ in range(20)]
+    state = chain.state_dict()
+    again = ss.StreamingDataset(local=str(tmp_path), shuffle=True).map(lambda r: {"id": r["id"] * 2})
+    again.load_state_dict(state)
+    assert sorted(head + [r["id"] for r in again]) == list(range(0, 100, 2))

@@ -164,7 +164,7 @@ class PipelineDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
             states = {j: {**s, "done": True} for j, s in states.items()}
         w = max(self.num_workers, 1)
         world = self.chain.root.detect_world()
-        return made.full_state(states, fp, (made.turn + self._handed) % w, world.reader)
+        return made.full_state(states, fp, self.chain.operations(), (made.turn + self._handed) % w, world.reader)
 
     def load_state_dict(self, state) -> None:
         """Resume at the next ``iter(loader)``, on any world."""

@@ -158,6 +158,7 @@ class PackSpec:
     """``pack`` as an operation of a processing chain: builds a :class:`PackStage` for each reader."""
 
     stage = PackStage
+    state_version = STATE_VERSION
 
     def __init__(self, pack: Pack) -> None:
         self.pack = pack
