@@ -1,4 +1,4 @@
-"""What the ranks' agreement on where a pass ends costs per batch (see shardstream/process/agree.py).
+"""What the ranks' agreement on where a pass ends costs per batch (see shardstream/engine/agree.py).
 
     .venv/bin/python bench/bench_agreement.py [--steps 3000] [--ranks 2 4 8]
 
@@ -26,11 +26,11 @@ RANK = textwrap.dedent("""
     if mode == "torch":
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks)
-        from shardstream.integrations.agreement import runtime_agreement
+        from shardstream.runtime.agreement import runtime_agreement
     else:
         import jax
         jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=ranks, process_id=rank)
-        from shardstream.integrations.agreement import runtime_agreement
+        from shardstream.runtime.agreement import runtime_agreement
     agreement = runtime_agreement(ranks)
     for _ in range(50):  # the group is made at the first step; warm up
         agreement.all_have(True)

@@ -73,9 +73,9 @@ OFF_COST = [
      "`with record.timed(\"collate\")`: one small object and a test of `record.ON` per batch (per-sample path)"),
     ("src/shardstream/stats/record.py", "timed.__enter__ / __exit__",
      "`perf_counter() if ON else 0.0` and `if self.t0:`"),
-    ("src/shardstream/loader/batches.py", "BatchLoader._consume", "`if meter is not None` twice per batch"),
-    ("src/shardstream/loader/batches.py", "_Producer._run", "`add_after(batch.stats, ...)` only with a transform"),
-    ("src/shardstream/loader/prefetch.py, loader/reading.py, storage/",
+    ("src/shardstream/loaders/batches.py", "BatchLoader._consume", "`if meter is not None` twice per batch"),
+    ("src/shardstream/loaders/batches.py", "_Producer._run", "`add_after(batch.stats, ...)` only with a transform"),
+    ("src/shardstream/engine/prefetch.py, engine/reading.py, storage/",
      "download, cache and eviction points", "`if record.ON:` (or `perf_counter() if record.ON else 0.0`) per "
      "chunk of the plan, per step or per shard, never per sample"),
 ]
@@ -103,7 +103,7 @@ def _child(config_path: str) -> None:
         from shardstream import StreamingDataLoader
         info["torch"] = torch.__version__
     else:
-        from shardstream.loader.batches import BatchLoader
+        from shardstream.loaders.batches import BatchLoader
     info["import_s"] = time.perf_counter() - t
     built: list = []
 
@@ -144,7 +144,7 @@ def stats_work_alone(n: int = 20_000, rounds: int = 5) -> dict:
 
     import numpy as np
 
-    from shardstream.loader.nodes import Stamped
+    from shardstream.engine.nodes import Stamped
     from shardstream.stats import StatsConfig, record
     from shardstream.stats.loaders import rows_of
     from shardstream.stats.loop import LoopStats

@@ -6,7 +6,8 @@ called while they run (imports excluded), in the main process and in DataLoader 
 1. ``load_dataset("json") -> map -> shuffle(buffer) -> pack -> StreamingDataLoader(num_workers=2) -> loop``
 2. ``StreamingDataset(remote, local) -> StreamingDataLoader(num_workers=2) -> loop``
 
-and prints, per journey, the modules whose code ran and the package changes: distinct
+and prints, per journey, the modules whose code ran (over the whole journey, and on the path every batch
+after the first takes in a loader without workers) and the package changes: distinct
 ``(caller's package, callee's package)`` pairs with different packages (a top-level module such as
 ``errors.py`` counts as a package of its own).
 
@@ -101,38 +102,43 @@ def _mds(tmp: str) -> str:
     return remote
 
 
-def journey_chain(tmp: str, record) -> int:
+def journey_chain(tmp: str, record, workers: int = 2, steady: bool = False) -> int:
     from shardstream import StreamingDataLoader, load_dataset
 
     folder = _json_files(tmp)
-    record()
+    if not steady:
+        record()
     ds = load_dataset("json", data_files=os.path.join(folder, "*.jsonl"), split="train", streaming=True)
     chain = (ds.map(lambda row: {"input_ids": row["tokens"]}, remove_columns=["id", "tokens"])
              .shuffle(seed=0, buffer_size=100).pack(64).batch(8))
-    n = 0
-    for batch in StreamingDataLoader(chain, num_workers=2):
-        n += 1
-    return n
+    return _loop(StreamingDataLoader(chain, num_workers=workers), record, steady)
 
 
-def journey_dataset(tmp: str, record) -> int:
+def journey_dataset(tmp: str, record, workers: int = 2, steady: bool = False) -> int:
     from shardstream import StreamingDataLoader, StreamingDataset
 
     remote = _mds(tmp)
-    record()
+    if not steady:
+        record()
     ds = StreamingDataset(remote=remote, local=os.path.join(tmp, "cache"), batch_size=16)
+    return _loop(StreamingDataLoader(ds, batch_size=16, num_workers=workers), record, steady)
+
+
+def _loop(loader, record, steady: bool) -> int:
     n = 0
-    for batch in StreamingDataLoader(ds, batch_size=16, num_workers=2):
+    for _ in loader:
         n += 1
+        if steady and n == 2:
+            record()  # from the second batch on: the path every batch takes
     return n
 
 
-def measure(journey) -> tuple[set, set]:
+def measure(journey, steady: bool = False) -> tuple[set, set]:
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "trace")
         os.makedirs(trace)
         recorder = Recorder(trace)
-        journey(tmp, recorder.install)
+        journey(tmp, recorder.install, 0 if steady else 2, steady)
         sys.setprofile(None)
         import threading
 
@@ -147,12 +153,15 @@ def main() -> None:
     for title, journey in (("load_dataset('json') -> map -> shuffle -> pack -> StreamingDataLoader(num_workers=2)",
                             journey_chain),
                            ("StreamingDataset(remote, local) -> StreamingDataLoader(num_workers=2)", journey_dataset)):
-        modules, changes = measure(journey)
-        packages = {_package(m) for m in modules}
-        print(f"{title}: {len(modules)} modules in {len(packages)} packages, {len(changes)} package changes")
-        if args.verbose:
-            print("  modules:", ", ".join(sorted(m.removeprefix(ROOT + ".") for m in modules)))
-            print("  changes:", ", ".join(f"{a}->{b}" for a, b in sorted(changes)))
+        for steady in (False, True):
+            modules, changes = measure(journey, steady)
+            packages = {_package(m) for m in modules}
+            what = "every batch after the first, num_workers=0" if steady else "the whole journey"
+            print(f"{title} ({what}): {len(modules)} modules in {len(packages)} packages, "
+                  f"{len(changes)} package changes")
+            if args.verbose:
+                print("  modules:", ", ".join(sorted(m.removeprefix(ROOT + ".") for m in modules)))
+                print("  changes:", ", ".join(f"{a}->{b}" for a, b in sorted(changes)))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def test_the_report_shows_each_setting_with_medians_and_the_off_cost(results):
     for case in CASES:
         assert bench.SETTINGS[case] in text
     assert "| yes |" in text and "**no**" not in text
-    assert "integrations/torch.py" in text and "loader/batches.py" in text
+    assert "integrations/torch.py" in text and "loaders/batches.py" in text
     assert bench.target_rows(results) == []  # the batch path with workers did not run
 
 

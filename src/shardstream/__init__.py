@@ -31,9 +31,9 @@ from .format.batch import Ragged
 from .format.encodings import encoding_names
 from .check import inspect_dataset, verify_dataset
 from .format.verify import VerifyReport
-from .loader.batches import BatchLoader
-from .loader.dataset import StreamingDataset
-from .loader.stream import Stream, WeightSchedule
+from .loaders.batches import BatchLoader
+from .dataset.streaming import StreamingDataset
+from .engine.stream import Stream, WeightSchedule
 from .plan import World
 from .writing.merge import merge_index
 from .writing.mdswriter import MDSWriter
@@ -43,7 +43,7 @@ from .errors import ConvertMismatchError, ConvertVerifyError
 from .convert.run import ConvertResult, convert
 from .pipeline import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, Pipeline, PipelineConfig,
                        SaveStageConfig, TokenizeStageConfig)
-from .process.cache import cache_to_mds, read_cache_summary
+from .dataset.cache import cache_to_mds, read_cache_summary
 from .hub import load_dataset
 from .sources import (
     ArrowShardedSource,
@@ -57,13 +57,13 @@ from .sources import (
 )
 
 from .errors import TransformError
-from .process.agree import RankBalanceWarning
-from .process.asyncloader import AsyncDataLoader
-from .process.dataset import IterableDataset
-from .process.interleave import interleave_datasets
+from .engine.agree import RankBalanceWarning
+from .loaders.asyncloader import AsyncDataLoader
+from .dataset.chain import IterableDataset
+from .dataset.interleave import interleave_datasets
 from .text import ChatTemplateTransform, Pack, Tokenize
-from .loader.local import LocalDataset
-from .loader.registry import streams_registry
+from .dataset.local import LocalDataset
+from .engine.registry import streams_registry
 from .format.customencodings import register_encoding
 
 __version__ = "0.1.0"

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from shardstream import CorruptShardError, InvalidArgumentError, MDSWriter, StreamingDataset, register_encoding
 from shardstream.format.customencodings import registered_encodings
 from shardstream.format.stepbatch import decode_joined, decode_strided
-from shardstream.loader import blocks
-from shardstream.loader.reading import decode_step
+from shardstream.engine import blocks
+from shardstream.engine.reading import decode_step
 
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -21,7 +21,7 @@ from shardstream import (
     StreamingDataset,
     World,
 )
-from shardstream.loader.reading import decode_step as _decode_step
+from shardstream.engine.reading import decode_step as _decode_step
 
 N = 150
 BS = 8
@@ -213,7 +213,7 @@ def _shard_ids(ds, shard: int) -> list[int]:
 
 
 def test_decode_step_strategies(mixed, monkeypatch):
-    import shardstream.loader.reading as module
+    import shardstream.engine.reading as module
 
     used = []
     for name in ("stack_samples", "take_rows", "decode_joined"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from shardstream import BatchLoader, StreamingDataset
-from shardstream.loader.nodes import PlanNode
+from shardstream.engine.nodes import PlanNode
 from shardstream.testing import write_dataset
 
 N = 240

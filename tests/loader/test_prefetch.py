@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from shardstream.loader.prefetch import Chunk, Prefetcher
+from shardstream.engine.prefetch import Chunk, Prefetcher
 
 
 class HeldCache:

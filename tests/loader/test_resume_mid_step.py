@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardstream import Stream, StreamingDataset
-from shardstream.loader.batches import BatchLoader
+from shardstream.loaders.batches import BatchLoader
 from shardstream.plan import EpochPlan, World
 from shardstream.testing import read_world, write_dataset
 

@@ -1,5 +1,5 @@
 """Who is reading: rank detection from an explicit World, the parent rank, torch.distributed
-and the launcher's environment, plus the DataLoader worker (see shardstream.loader.world)."""
+and the launcher's environment, plus the DataLoader worker (see shardstream.engine.world)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardstream import InvalidArgumentError, MDSWriter, StreamingDataset, World
-from shardstream.loader.world import detect_world, rank_world
+from shardstream.engine.world import detect_world, rank_world
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 import shardstream
 from shardstream import CacheMismatchError, OutputExistsError, cache_to_mds, read_cache_summary
 from shardstream.errors import EncodeError, InvalidArgumentError
-from shardstream.process.cache import MARKER, PENDING, infer_columns
+from shardstream.dataset.cache import MARKER, PENDING, infer_columns
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 

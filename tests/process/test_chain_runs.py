@@ -9,10 +9,10 @@ import pytest
 
 import shardstream as ss
 from shardstream.plan import World
-from shardstream.process.maps import FilterStage, MapStage
-from shardstream.process.ops import ShuffleStage
-from shardstream.process.run import Run, setup
-from shardstream.process.source import SourceStage
+from shardstream.engine.maps import FilterStage, MapStage
+from shardstream.engine.ops import ShuffleStage
+from shardstream.engine.run import Run, setup
+from shardstream.engine.source import SourceStage
 from shardstream.testing.chains import check_chain_resumes
 
 BUFFER = 50

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import shardstream as ss
 from shardstream import World
-import shardstream.process.agree as agree
-from shardstream.process.agree import RankBalanceWarning
-from shardstream.process.dataset import merge_states
-from shardstream.process.run import setup
+import shardstream.engine.agree as agree
+from shardstream.engine.agree import RankBalanceWarning
+from shardstream.dataset.chain import merge_states
+from shardstream.engine.run import setup
 from shardstream.testing.chains import check_chain_resumes
 from shardstream.testing.datasets import write_text_rows
 

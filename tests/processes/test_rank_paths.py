@@ -30,7 +30,7 @@ import sys
 import pytest
 
 from shardstream import World
-from shardstream.process.source import DEFAULT_BLOCK
+from shardstream.engine.source import DEFAULT_BLOCK
 from shardstream.testing.datasets import write_text_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))

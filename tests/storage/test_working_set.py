@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardstream import MDSWriter, StreamingDataset
-from shardstream.loader.working_set import working_set
+from shardstream.engine.working_set import working_set
 
 SHARDS = 20
 

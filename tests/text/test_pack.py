@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.errors import DocumentTooLongError, IncompatibleStateError, InvalidArgumentError
-from shardstream.process.stage import ReaderContext, Stage
+from shardstream.engine.stage import ReaderContext, Stage
 from shardstream.text.pack import Pack
 from shardstream.text.packstage import PackStage
 

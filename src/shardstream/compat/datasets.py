@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..loader.dataset import StreamingDataset as _StreamingDataset
+from ..dataset.streaming import StreamingDataset as _StreamingDataset
 from ..plan.settings import DEFAULT_EPOCH_TAIL, EPOCH_TAILS, check_choice
 
 DEFAULTS = {"epoch_tail": DEFAULT_EPOCH_TAIL}

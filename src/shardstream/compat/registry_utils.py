@@ -1,6 +1,6 @@
 """``streaming.base.registry_utils``: the registries scripts extend the library with.
 
-``TypedRegistry`` and ``create_registry`` are shardstream's own (:mod:`shardstream.loader.registry`,
+``TypedRegistry`` and ``create_registry`` are shardstream's own (:mod:`shardstream.engine.registry`,
 no dependency on the ``catalogue`` package); ``streams_registry`` is one of them. The helpers below
 behave as mosaicml-streaming's: build an item from a registry, import a file of registrations, and
 keep the registries as they were around a block.
@@ -8,7 +8,6 @@ keep the registries as they were around a block.
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib.util
 import os
@@ -18,8 +17,8 @@ from types import ModuleType
 from typing import Any, Callable, Iterator, Optional, Union
 
 from ..errors import InvalidArgumentError
-from ..loader import registry as _registry
-from ..loader.registry import TypedRegistry, create_registry
+from ..engine import registry as _registry
+from ..engine.registry import TypedRegistry, create_registry
 
 __all__ = ["TypedRegistry", "create_registry", "construct_from_registry", "import_file", "save_registry"]
 
@@ -81,9 +80,8 @@ def import_file(loc: Union[str, Path]) -> ModuleType:
 @contextmanager
 def save_registry() -> Iterator[None]:
     """Every registry's entries are put back as they were when the block ends."""
-    saved = copy.copy({ns: dict(items) for ns, items in _registry._ENTRIES.items()})
+    saved = _registry.snapshot()
     try:
         yield
     finally:
-        _registry._ENTRIES.clear()
-        _registry._ENTRIES.update(saved)
+        _registry.restore(saved)

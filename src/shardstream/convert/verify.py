@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ConvertVerifyError
 from ..format.encodings import get_encoding
-from ..loader.dataset import StreamingDataset
+from ..dataset.streaming import StreamingDataset
 from .output import Output
 from .plan import manifest_parts
 from .schematext import schema_of

@@ -115,32 +115,32 @@ class Scalar(Encoding):
         self.np_dtype = np.dtype("<" + np.dtype(name).char)
         self.size = self.np_dtype.itemsize
         self.shape = ()
-        self._type = np.dtype(name).type
-        self._struct = struct.Struct("<" + _STRUCT_CODES[name])
-        self._is_float = self.np_dtype.kind == "f"
-        self._limits = None if self._is_float else (int(np.iinfo(self.np_dtype).min), int(np.iinfo(self.np_dtype).max))
+        self.scalar_type = np.dtype(name).type
+        self.struct = struct.Struct("<" + _STRUCT_CODES[name])
+        self.is_float = self.np_dtype.kind == "f"
+        self._limits = None if self.is_float else (int(np.iinfo(self.np_dtype).min), int(np.iinfo(self.np_dtype).max))
 
     def encode(self, value):
         ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
         if not ok:
             raise type_error(self, value, "a number")
-        if not self._is_float:
+        if not self.is_float:
             if isinstance(value, (float, np.floating)):
                 raise type_error(self, value, "an integer")
             lo, hi = self._limits
             if not lo <= int(value) <= hi:
                 raise EncodeError(f"encoding {self.name!r}: {value!r} is outside [{lo}, {hi}]")
-            return self._struct.pack(int(value))
+            return self.struct.pack(int(value))
         try:
             with np.errstate(over="raise"):
-                return self._type(value).astype(self.np_dtype).tobytes()
+                return self.scalar_type(value).astype(self.np_dtype).tobytes()
         except (OverflowError, FloatingPointError, ValueError) as exc:
             raise EncodeError(f"encoding {self.name!r}: {value!r} does not fit ({exc})") from None
 
     def decode(self, data):
-        if self._is_float:  # keep the stored bits (NaN payloads) exactly
+        if self.is_float:  # keep the stored bits (NaN payloads) exactly
             return np.frombuffer(data, self.np_dtype, 1)[0]
-        return self._type(self._struct.unpack(data)[0])
+        return self.scalar_type(self.struct.unpack(data)[0])
 
 
 class StrInt(Encoding):

@@ -85,13 +85,13 @@ def make_sample_decoder(
             expr = f"str(mv[{a}:{z}], 'utf-8')"
         elif type(enc) is Bytes:
             expr = f"bytes(mv[{a}:{z}])"
-        elif isinstance(enc, Scalar) and enc._is_float:
+        elif isinstance(enc, Scalar) and enc.is_float:
             env[f"F{k}"] = np.frombuffer
             env[f"DT{k}"] = enc.np_dtype
             expr = f"F{k}(mv, DT{k}, 1, {a})[0]"
         elif isinstance(enc, Scalar):
-            env[f"T{k}"] = enc._type
-            env[f"S{k}"] = enc._struct.unpack_from
+            env[f"T{k}"] = enc.scalar_type
+            env[f"S{k}"] = enc.struct.unpack_from
             expr = f"T{k}(S{k}(mv, {a})[0])"
         elif isinstance(enc, NDArray) and enc.dtype is not None and enc.shape is None:
             # 1-D arrays inline (the common token case); other shapes via the general decoder

@@ -22,7 +22,7 @@ import os
 from typing import Any, Optional, Sequence
 
 from ..errors import InvalidArgumentError, NoFilesError, SplitNotFoundError
-from ..loader.dataset import StreamingDataset
+from ..dataset.streaming import StreamingDataset
 from ..storage.fs import is_remote
 from .layout import split_patterns
 from .resolve import locate

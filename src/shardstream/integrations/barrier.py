@@ -3,7 +3,7 @@ that synchronise their ranks (one writes a dataset, the others wait) as mosaicml
 ``streaming.base.distributed.barrier`` lets them.
 
 shardstream's reading never waits on other ranks (each computes its own part of the plan), except
-where a processing chain's ranks agree on where an epoch ends (:mod:`shardstream.process.agree`);
+where a processing chain's ranks agree on where an epoch ends (:mod:`shardstream.engine.agree`);
 this is for user code. Without an initialised process group (one process, or torch never imported)
 there is nothing to wait for and it returns at once.
 """

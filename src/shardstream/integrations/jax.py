@@ -1,7 +1,7 @@
 """JAX: the host's world from ``jax.process_index()`` and a loader of per-host numpy batches.
 
 ``JaxLoader`` takes a StreamingDataset, any processing chain or a sharded source, as
-:class:`~shardstream.loader.batches.BatchLoader` does. Each JAX process (host) reads its own
+:class:`~shardstream.loaders.batches.BatchLoader` does. Each JAX process (host) reads its own
 ``batch_size`` samples of every global step; ``batch_size * jax.process_count()`` is the global batch. Batches are numpy arrays,
 decoded ahead in a background thread; place them on devices with ``sharding``
 (``jax.make_array_from_process_local_data``, the multi-host way to build one global
@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..loader.batches import BatchLoader
+from ..loaders.batches import BatchLoader
 from ..plan import World
 
 
@@ -48,7 +48,7 @@ def _putter(device):
 
 
 class JaxLoader(BatchLoader):
-    """A :class:`~shardstream.loader.batches.BatchLoader` for JAX hosts.
+    """A :class:`~shardstream.loaders.batches.BatchLoader` for JAX hosts.
 
     ``sharding``: a ``jax.sharding.Sharding`` of the global batch; each numpy column is
     turned into a global ``jax.Array`` in the background thread (its time counts as ``transform`` in

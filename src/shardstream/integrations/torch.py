@@ -7,7 +7,7 @@ It runs a :class:`~shardstream.StreamingDataset` like a plain DataLoader does (a
 - ``state_dict()`` / ``load_state_dict()`` that record how far the epoch plan was consumed
   by the batches handed to the loop, not by those the workers prefetched: each batch
   crosses from its worker stamped with the global plan position after it (see
-  :mod:`shardstream.loader.nodes`), so each rank computes the same position without
+  :mod:`shardstream.engine.nodes`), so each rank computes the same position without
   talking to the others. The state resumes on any number of nodes, ranks and workers.
 - Epochs that advance by themselves: each ``iter(loader)`` runs the next epoch, with
   or without persistent workers; a ``load_state_dict`` or ``set_epoch`` between two
@@ -38,13 +38,13 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
 from ..keywords import checked_keywords
-from ..loader.nodes import Consumed, PlanNode, Stamped, stamped
-from ..loader.options import check_batch_size
+from ..engine.nodes import Consumed, PlanNode, Stamped, stamped
+from ..engine.options import check_batch_size
 from ..stats import record
 from ..stats.meter import add_after
 from ..stats.loaders import LoaderStatsMixin, timed_items
 from .todevice import DevicePrefetcher
-from .torchenv import WorkerStart
+from ..runtime.torchenv import WorkerStart
 from .torchform import StackSamples, check_ragged, numpy_form, torch_form
 from .torchpipe import CHAIN_SLOT, ChainFeed, ChainForm, check_chain_ragged
 from .torchpipe import restamp as chain_restamp
@@ -224,7 +224,7 @@ class StreamingDataLoader(WorkerTransfer, LoaderStatsMixin, DataLoader):
                  columns: Optional[Sequence[str]] = None, ragged: Optional[str] = None, stats=None,
                  transfer: str = "auto", ring_bytes: Optional[int] = None, transfer_batches: Optional[int] = None,
                  device=None, device_prefetch: int = 2, **kwargs) -> None:
-        from ..process.dataset import IterableDataset as Chain
+        from ..dataset.chain import IterableDataset as Chain
 
         chain = isinstance(dataset, Chain)
         if not chain and (not hasattr(dataset, "iterate_batches") or not hasattr(dataset, "cursor")):

@@ -2,8 +2,8 @@
 
 The loader is the one of :mod:`.torch`; this module is its chain strategy. Each DataLoader worker (or
 the main process, with ``num_workers=0``) runs one reader of the chain (see
-:mod:`shardstream.process.run`) and sends every batch stamped with its reader's state after it
-(:meth:`~shardstream.process.dataset.IterableDataset.run_stamped`). The main process keeps the last
+:mod:`shardstream.engine.run`) and sends every batch stamped with its reader's state after it
+(:meth:`~shardstream.dataset.chain.IterableDataset.run_stamped`). The main process keeps the last
 stamp of each of its workers (:class:`ChainFeed`), so ``state_dict()`` counts the batches handed to the
 training loop, not those prefetched, and resumes on any world (other ranks, other worker counts) with
 nothing repeated or lost.
@@ -29,10 +29,10 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 
 from ..errors import InvalidArgumentError
 from ..format.batch import Ragged
-from ..process.agree import Agreed, agreement_for
-from ..process.run import setup
+from ..engine.agree import Agreed, agreement_for
+from ..engine.run import setup
 from ..stats.loaders import timed_items
-from .tensors import converter, to_numpy
+from ..runtime.tensors import converter, to_numpy
 from .torchform import RAGGED_FORMS, lengths_key, numpy_form, to_torch
 from .torchsend import sent
 
@@ -156,7 +156,7 @@ class ChainFeed:
 
     def stamps(self, stamps: Iterator[Stamp]) -> Iterator[Stamp]:
         """``stamps``, ended on every rank at the same step when the pass's ranks agree on it (see
-        :mod:`shardstream.process.agree`)."""
+        :mod:`shardstream.engine.agree`)."""
         agreement = agreement_for(self.made, self._world, self.chain.root.world is not None)
         self._agreed = None if agreement is None else Agreed(stamps, agreement)
         return stamps if self._agreed is None else self._agreed
@@ -202,7 +202,7 @@ class ChainFeed:
         if self._finished:  # this rank's workers all ended their pass
             states = {j: {**s, "done": True} for j, s in states.items()}
         w = max(num_workers, 1)
-        return made.full_state(states, fp, (made.turn + self._handed) % w, self._world.reader)
+        return made.full_state(states, fp, self.chain.operations(), (made.turn + self._handed) % w, self._world.reader)
 
     def load_state_dict(self, state) -> None:
         self.chain.load_state_dict(state)

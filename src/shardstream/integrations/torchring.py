@@ -163,9 +163,9 @@ class RingPlane:
     def _fallback(self, why: str) -> None:
         if self.transfer == "ring":
             raise RingUnavailableError(f"transfer='ring': {why}")
-        self._say(f"batches cross through torch's worker queue instead of a shared ring: {why}")
+        self.say(f"batches cross through torch's worker queue instead of a shared ring: {why}")
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         if message not in self._said:
             self._said.add(message)
             warnings.warn(message, RingFallbackWarning, stacklevel=4)
@@ -181,7 +181,7 @@ class RingPlane:
         self.spilled += 1
         if item.nbytes > (self.ring.slot_bytes if self.ring is not None else 0):
             self.needed = max(self.needed, item.nbytes)
-            self._say(f"a batch of {item.nbytes:,} bytes did not fit in a ring slot of "
+            self.say(f"a batch of {item.nbytes:,} bytes did not fit in a ring slot of "
                       f"{self.ring.slot_bytes if self.ring else 0:,} bytes and crossed torch's queue; the ring is made "
                       "bigger when workers next start (each pass, unless persistent_workers=True)")
         return item.item, pin
@@ -218,7 +218,7 @@ def _pin(ring: Ring, plane: RingPlane) -> None:
     cudart = torch.cuda.cudart()
     err = cudart.cudaHostRegister(ring.address, ring.size, 0)
     if int(err) != 0:
-        plane._say(f"the ring could not be page-locked (cudaHostRegister error {int(err)}); pinned batches are "
+        plane.say(f"the ring could not be page-locked (cudaHostRegister error {int(err)}); pinned batches are "
                    "copied into pinned memory instead")
         return
     ring.pinned = True

@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, Iterable, Optional, Sequence
 
 from ..errors import ConfigError, InvalidArgumentError
-from ..process.cache import cache_to_mds, read_cache_summary
+from ..dataset.cache import cache_to_mds, read_cache_summary
 from .checks import closest, from_mapping
 from .config import (LoadStageConfig, MixStageConfig, PackStageConfig, PipelineConfig, SaveStageConfig,
                      TokenizeStageConfig)

@@ -14,12 +14,12 @@ from typing import Any, Optional, Sequence
 
 from ..errors import ConfigError
 from ..hub.load import load_dataset
-from ..loader.dataset import StreamingDataset
-from ..loader.stream import WeightSchedule
-from ..loader.world import rank_world
+from ..dataset.streaming import StreamingDataset
+from ..engine.stream import WeightSchedule
+from ..engine.world import rank_world
 from ..storage.fs import is_remote
 from ..units import parse_count
-from ..process.interleave import interleave_datasets
+from ..dataset.interleave import interleave_datasets
 from .config import DatasetConfig, MixStageConfig, PipelineConfig
 
 

@@ -65,7 +65,7 @@ def shuffled(dataset: Any, config: LoadStageConfig, seed: int) -> Any:
 
 def loader(dataset: Any, config: LoadStageConfig, seed: int) -> Any:
     """The ``AsyncDataLoader`` of the load stage (its shuffle buffer is placed earlier, by :func:`shuffled`)."""
-    from ..process.asyncloader import AsyncDataLoader
+    from ..loaders.asyncloader import AsyncDataLoader
 
     return AsyncDataLoader(dataset, batch_size=config.batch_size, prefetch_enabled=config.prefetch_enabled,
                            prefetch_workers=config.prefetch_workers,

@@ -1,4 +1,17 @@
-"""How the regions share global batches, and how a global batch is cut among ranks and workers.
+"""Who reads which position: the two ways a pass of the epoch plan is dealt among readers.
+
+- **Steps** (:class:`StepCut`, what a ``StreamingDataset`` reads, mosaicml-streaming's): the plan's
+  global steps are cut among ranks and DataLoader workers, below.
+- **Blocks** (:class:`Grid`, what a chain of operations reads): the plan's positions are dealt in
+  blocks of consecutive positions, round-robin among the readers (ranks x workers, rank-major); a
+  fresh pass (:meth:`Grid.even`) gives every reader an equally long share, padding the epoch with
+  fewer than ``readers`` of its first samples (:class:`PaddedPlan`: position ``end + i`` reads
+  position ``origin + i``) or, with ``epoch_tail="drop"``, leaving out fewer than ``readers``. A
+  reader reads its positions in increasing order, so its progress is one number (its frontier), and
+  a checkpoint moves to another number of readers by a new grid from the lowest frontier that skips
+  the positions read beyond it.
+
+The step cut: how the regions share global batches, and how a global batch is cut among ranks and workers.
 
 With ``C`` regions and a global batch of ``G`` positions, let ``d = gcd(C, G)``.
 Every global step is cut into ``d`` equal slices of ``a = G/d`` offsets, and slice
@@ -236,3 +249,106 @@ class StepCut:
         for i in range(0, len(steps), per):
             ks = np.asarray(steps[i:i + per], np.int64)
             yield ks, self.sample_ids(self.worker_positions(world, ks))
+
+
+_CHUNK_BLOCKS = 32  # blocks per chunk of a reader's positions
+
+
+class Grid:
+    """How positions ``[anchor, end)`` are dealt among ``readers`` (see the module docstring): whole rounds of
+    ``readers`` blocks of ``block`` positions, then the last, partial round (from ``rounds_end``) in blocks of
+    ``tail`` positions, reader ``j``'s being ``[rounds_end + j*tail, rounds_end + (j+1)*tail)`` (cut at ``end``).
+    A grid made by :meth:`even` ends where every reader owns as many positions as the others."""
+
+    def __init__(self, anchor: int, end: int, block: int, readers: int, skip=None, tail=None) -> None:
+        self.anchor, self.end, self.block, self.readers = int(anchor), int(end), int(block), int(readers)
+        self.skip = np.zeros(0, np.int64) if skip is None else np.unique(np.asarray(skip, np.int64))
+        span = self.block * self.readers
+        self.rounds_end = self.anchor + max(self.end - self.anchor, 0) // span * span
+        self.tail = self.block if tail is None else int(tail)
+
+    @classmethod
+    def even(cls, anchor: int, end: int, block: int, readers: int, remainder: str = "pad", skip=None) -> "Grid":
+        """The grid of ``[anchor, end)`` whose last, partial round is split evenly: ``remainder="pad"`` ends it
+        past ``end`` so that every reader owns as many positions (fewer than ``readers`` more), ``"drop"``
+        before (fewer than ``readers`` left out), ``"keep"`` at ``end`` (the last readers own up to one
+        position less)."""
+        span = int(block) * int(readers)
+        m = max(int(end) - int(anchor), 0) % span
+        if m == 0:
+            return cls(anchor, end, block, readers, skip)
+        tail = m // readers if remainder == "drop" else -(-m // readers)
+        stop = int(end) if remainder == "keep" else int(end) - m + readers * tail
+        return cls(anchor, stop, block, readers, skip, tail)
+
+    @property
+    def balanced(self) -> bool:
+        """Whether every reader owns as many positions as every other (and none is skipped)."""
+        return not self.skip.size and (self.rounds_end == self.end
+                                       or self.end - self.rounds_end == self.readers * self.tail)
+
+    def first(self, reader: int) -> int:
+        """The frontier of ``reader`` before it read anything."""
+        if self.rounds_end > self.anchor:
+            return self.anchor + reader * self.block
+        return min(self.anchor + reader * self.tail, self.end)
+
+    def owned(self, reader: int, lo: int, hi: int) -> np.ndarray:
+        """``reader``'s positions in ``[lo, hi)`` (skipped ones included), in order."""
+        lo, hi = max(int(lo), self.anchor), min(int(hi), self.end)
+        out = self._rounds(reader, lo, min(hi, self.rounds_end)) if lo < self.rounds_end else None
+        if hi > self.rounds_end and self.tail > 0:
+            a = self.rounds_end + reader * self.tail
+            a, b = max(a, lo), min(a + self.tail, hi)
+            if b > a:
+                last = np.arange(a, b, dtype=np.int64)
+                return last if out is None else np.concatenate([out, last])
+        return np.zeros(0, np.int64) if out is None else out
+
+    def _rounds(self, reader: int, lo: int, hi: int) -> np.ndarray:
+        k, r = self.block, self.readers
+        b0 = (lo - self.anchor) // k
+        b0 += (reader - b0) % r  # first block of this reader at or after lo's block
+        b1 = (hi - self.anchor + k - 1) // k
+        blocks = np.arange(b0, b1, r, dtype=np.int64)
+        pos = ((self.anchor + blocks * k)[:, None] + np.arange(k, dtype=np.int64)[None, :]).ravel()
+        return pos[(pos >= lo) & (pos < hi)]
+
+    def chunks(self, reader: int, frontier: int) -> Iterator[np.ndarray]:
+        """``reader``'s positions from ``frontier`` on, skipped ones left out, in chunks."""
+        span = self.block * self.readers * _CHUNK_BLOCKS
+        lo = max(frontier, self.anchor)
+        while lo < self.end:
+            hi = min(lo + span, self.end)
+            pos = self.owned(reader, lo, hi)
+            if self.skip.size and pos.size:
+                pos = pos[~member(pos, self.skip)]
+            if pos.size:
+                yield pos
+            lo = hi
+
+    def describe(self) -> dict:
+        return {"anchor": self.anchor, "block": self.block, "readers": self.readers,
+                "skip": self.skip.tolist(), "end": self.end, "tail": self.tail}
+
+
+class PaddedPlan:
+    """``plan`` read through a grid that ends past it: position ``plan.end + i`` is the sample of position
+    ``plan.origin + i`` (modulo the plan's length); positions inside the plan are its own."""
+
+    def __init__(self, plan, end: int) -> None:
+        self.inner, self.origin, self.end = plan, plan.origin, max(int(end), plan.end)
+
+    def sample_ids(self, positions) -> np.ndarray:
+        p = np.asarray(positions, np.int64)
+        real = self.inner.end
+        over = p >= real
+        if over.any():
+            p = np.where(over, self.origin + (p - real) % max(real - self.origin, 1), p)
+        return self.inner.sample_ids(p)
+
+
+def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    at = np.searchsorted(sorted_set, values)
+    at[at == sorted_set.size] = 0
+    return sorted_set[at] == values

@@ -1,7 +1,7 @@
 """The settings an epoch's order depends on: their allowed values and defaults, named once.
 
 :class:`~shardstream.plan.epoch.PlanSpec`, :class:`~shardstream.plan.mixed.MixSpec` and the
-dataset's options (:class:`~shardstream.loader.options.DatasetOptions`, and the keywords of
+dataset's options (:class:`~shardstream.engine.options.DatasetOptions`, and the keywords of
 ``StreamingDataset``) take their choices and defaults from here. The defaults are
 mosaicml-streaming's, so the same keywords give the same order.
 """

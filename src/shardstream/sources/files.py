@@ -134,7 +134,7 @@ class FileShardedSource(ShardedSource):
     def dataset(self, **kwargs: Any) -> Any:
         """The :class:`~shardstream.StreamingDataset` over the same files, format, columns and cache
         (``kwargs``: its other settings, e.g. ``batch_size``, ``shuffle``, ``cache_limit``)."""
-        from ..loader.dataset import StreamingDataset
+        from ..dataset.streaming import StreamingDataset
 
         o = self.options
         where = dict(remote=self.data_files, local=self.cache_dir) if self.remote else dict(local=self.data_files)

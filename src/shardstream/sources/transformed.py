@@ -5,7 +5,7 @@ out, None to drop it, or an iterable of rows for an ``is_expand`` transform). Re
 the source becomes the chain of the files' :class:`~shardstream.StreamingDataset` (the plan's order,
 dealt among the job's readers, resumable on any world) with every transform, composed from the
 innermost, applied in groups of rows by one batched ``map``. The map may change the number of rows,
-so the job's ranks agree where each epoch ends (:mod:`shardstream.process.agree`), as after any
+so the job's ranks agree where each epoch ends (:mod:`shardstream.engine.agree`), as after any
 ``filter``.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import InvalidArgumentError, NotYetSupportedError
-from ..process.maps import to_batch, to_rows
+from ..engine.maps import to_batch, to_rows
 
 GROUP = 32  # rows handed to the transforms at once
 

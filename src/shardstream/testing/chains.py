@@ -115,7 +115,7 @@ def check_chain_resumes(make: Callable[[World], Any], worlds: Iterable[tuple[int
 
 def padding(make: Callable[[World], Any], world: tuple[int, int, int]) -> int:
     """Positions a fresh pass on ``world`` adds to the epoch (> 0: padded) or leaves out (< 0: dropped)."""
-    from ..process.run import setup
+    from ..engine.run import setup
 
     first = readers_of(world)[0]
     chain = make(first)

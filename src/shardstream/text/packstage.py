@@ -1,7 +1,7 @@
 """The pack stage: :class:`~.pack.Packer` in a processing chain, resumable exactly on any world.
 
 Each item it emits is one packed row keyed ``("p", ((key, start, stop), ...))``: the pieces it
-was made of (see :mod:`shardstream.process.keys`). Its state is what the packer holds, as keys:
+was made of (see :mod:`shardstream.engine.keys`). Its state is what the packer holds, as keys:
 
 ``{"version": 1, "bins": [[[key, start, stop], ...], ...], "pending": [[key, start, stop], ...],
 "tokens": int, "slots": int, "packs": int, "dropped": int}``
@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
-from ..process.keys import decode, encode
-from ..process.stage import OwnTime, ReaderContext, Stage, deal
+from ..engine.keys import decode, encode
+from ..engine.stage import OwnTime, ReaderContext, Stage, deal
 from ..stats import record
 from .pack import COUNTERS, Pack, Packer
 
@@ -158,6 +158,7 @@ class PackSpec:
     """``pack`` as an operation of a processing chain: builds a :class:`PackStage` for each reader."""
 
     stage = PackStage
+    state_version = STATE_VERSION
 
     def __init__(self, pack: Pack) -> None:
         self.pack = pack

@@ -1,4 +1,4 @@
-"""Whether every rank has a batch: the one small collective of :mod:`shardstream.process.agree`.
+"""Whether every rank has a batch: the one small collective of :mod:`shardstream.engine.agree`.
 
 ``runtime_agreement(ranks)`` picks the job's own runtime, asked only if the process imported it:
 

@@ -1,8 +1,12 @@
-"""How a pass is read: this worker's plan rows, decoded sample by sample or step by step.
+"""The source node: a reader's share of a pass, decoded sample by sample or step by step.
 
-A :class:`PassReader` is built from the shard table (:mod:`.table`) and one pass of the
-epoch cursor (:mod:`.cursor`). The worker's upcoming samples are taken from the plan in
-chunks of whole steps. When some shards come through the cache, a prefetcher pins each
+A :class:`PassReader` is built from the shard table (:mod:`.table`) and a *share*: which sample ids
+this reader reads, in order, as one of the two partition strategies of
+:mod:`shardstream.plan.partition` cuts them. A dataset's share is a pass of the epoch cursor
+(:class:`~.cursor.Pass`: the plan's global steps cut among ranks and workers, in chunks of whole
+steps); a chain's is a :class:`~.source.BlockShare` (the plan dealt in blocks by a grid). A share has
+``step`` (samples per step of this reader; 1 without steps), ``id_chunks()`` (its sample ids, in
+chunks) and ``yielded`` (the samples handed out, counted here). When some shards come through the cache, a prefetcher pins each
 chunk's shards ahead of the loop (see :mod:`.prefetch`); shards read in place need none.
 Samples of a chunk are decoded run by run when consecutive samples of one shard are long
 (then a range read in order beats lookups), else one by one; step batches decode each
@@ -44,13 +48,12 @@ class PassReader:
         self.limit = limit
         self.shuffle = shuffle
         self.check_working_set = check_working_set
-        self.step = max(current.plan.device_batch(current.world), 1)
+        self.step = max(current.step, 1)
 
     # -- what to read ----------------------------------------------------------------------------
     def _plan_chunks(self, rows: Optional[int] = None) -> Iterator[Chunk]:
         """The worker's upcoming samples as located chunks (of ``rows`` steps, else as the plan gives them)."""
-        cur = self.current
-        for _, ids in cur.plan.iter_worker(cur.world, cur.start):
+        for ids in self.current.id_chunks():
             if rows is None:
                 yield Chunk(*self.table.locate(ids))
                 continue
@@ -91,8 +94,7 @@ class PassReader:
         """Warn when the cache limit cannot hold the shards this reader's order needs at once."""
         if self.limit is None:
             return
-        cur = self.current
-        shards, whole = upcoming_shards(cur.plan.iter_worker(cur.world, cur.start), self.table.locate)
+        shards, whole = upcoming_shards(self.current.id_chunks(), self.table.locate)
         warn_if_too_small(self.limit, shards, self.predownload, self.table.footprints(), whole,
                           self.table.fixed_bytes(), self.shuffle)
 

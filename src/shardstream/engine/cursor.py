@@ -58,6 +58,16 @@ class Pass:
         step = plan.worker_steps(world, self.start)[done - 1]
         return min(plan.origin + (step + 1) * plan.global_batch, plan.end)
 
+    @property
+    def step(self) -> int:
+        """Samples per step of this process (its per-device batch): the pass reader's unit."""
+        return self.plan.device_batch(self.world)
+
+    def id_chunks(self):
+        """This process's sample ids of the pass, in order, a chunk of whole steps at a time (its share)."""
+        for _, ids in self.plan.iter_worker(self.world, self.start):
+            yield ids
+
     def head(self) -> Optional[int]:
         """Samples this process reads of the step the pass starts inside (the rest of its share), or
         None (see :meth:`shardstream.plan.partition.StepCut.head`): batches cut by steps make that many their first."""

@@ -6,7 +6,7 @@ For training loops with no PyTorch DataLoader (JAX, plain numpy). ``BatchLoader`
   ``batch_size`` samples of every global step as one column batch (see ``StreamingDataset.iterate_batches``);
 - any processing chain (``ds.filter(...).pack(...)``): its rows, ``batch_size`` (the root dataset's, or the
   loader's ``batch_size=``) at a time, as numpy columns; a chain that already ends in ``batch`` keeps its
-  batches. Every rank ends the pass at the same step (see :mod:`shardstream.process.agree`);
+  batches. Every rank ends the pass at the same step (see :mod:`shardstream.engine.agree`);
 - a sharded source (``ParquetShardedSource(...)``): the StreamingDataset of its files
   (``source.dataset(batch_size=...)``).
 

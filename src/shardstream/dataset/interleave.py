@@ -25,8 +25,8 @@ def interleave_datasets(datasets: Sequence, probabilities: Optional[Sequence[flo
     ``weight_schedule`` (a :class:`~shardstream.WeightSchedule`) moves the weights during the epoch
     instead; other keywords go to :class:`~shardstream.StreamingDataset` (``batch_size``,
     ``storage_options``, ...)."""
-    from ..loader.dataset import StreamingDataset
-    from ..loader.stream import Stream
+    from .streaming import StreamingDataset
+    from ..engine.stream import Stream
 
     datasets = list(datasets)
     if len(datasets) < 1:

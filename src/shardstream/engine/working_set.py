@@ -71,11 +71,11 @@ def warn_if_too_small(limit: Optional[int], shards: np.ndarray, ahead: int, size
     return True
 
 
-def upcoming_shards(plan_chunks, locate) -> tuple[np.ndarray, bool]:
+def upcoming_shards(id_chunks, locate) -> tuple[np.ndarray, bool]:
     """The shard of each of the next (at most ``_SAMPLE``) samples a reader reads, and whether that is
-    all of its pass. ``plan_chunks`` yields the reader's ``(steps, sample ids)``; ``locate`` maps ids."""
+    all of its pass. ``id_chunks`` yields the reader's sample ids; ``locate`` maps ids."""
     parts, n = [], 0
-    for _, ids in plan_chunks:
+    for ids in id_chunks:
         parts.append(locate(ids)[1])
         n += parts[-1].size
         if n >= _SAMPLE:

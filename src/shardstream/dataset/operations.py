@@ -39,7 +39,7 @@ class ShuffleFlag:
         return repr(self.value)
 
     def __call__(self, seed=None, buffer_size: int = 1000, generator=None):
-        """HF's shuffle buffer over this dataset's plan order (see :mod:`shardstream.process.ops`)."""
+        """HF's shuffle buffer over this dataset's plan order (see :mod:`shardstream.engine.ops`)."""
         return self.dataset.as_iterable().shuffle(seed=seed, buffer_size=buffer_size, generator=generator)
 
 
@@ -48,7 +48,7 @@ class Operations:
 
     def as_iterable(self):
         """This dataset as the start of a processing chain (an :class:`~.dataset.IterableDataset`)."""
-        from .dataset import IterableDataset
+        from .chain import IterableDataset
 
         return IterableDataset(self)
 

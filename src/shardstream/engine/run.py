@@ -36,9 +36,8 @@ from ..plan import World
 from .keys import decode_all, encode_all
 from .source import DEFAULT_BLOCK, Grid, SourceStage
 from .stage import ReaderContext, deal
+from .state import chain_state
 
-PIPELINE_STATE_VERSION = 1
-KIND = "shardstream.pipeline"
 _RUN = 64  # items Run.values takes from the last stage at once, at most
 
 
@@ -70,11 +69,12 @@ class PassSetup:
     def fresh_state(self, reader: int, nstages: int) -> dict:
         return {"frontier": self.grid.first(reader), "stages": [{} for _ in range(nstages)], "pending": []}
 
-    def full_state(self, readers: dict, fingerprint: str, turn: int = 0, rank: int = 0) -> dict:
-        return {"version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fingerprint, "epoch": self.epoch,
-                "source": self.source, "grid": self.grid.describe() | {"generation": self.generation},
-                "readers": {str(j): s for j, s in sorted(readers.items())}, "ranks": self.ranks,
-                "turns": {str(rank): int(turn)}}
+    def full_state(self, readers: dict, fingerprint: str, operations: list, turn: int = 0, rank: int = 0) -> dict:
+        """The chain's state (see :mod:`.state`) with ``readers``' states."""
+        return chain_state(fingerprint=fingerprint, epoch=self.epoch, source=self.source,
+                           grid=self.grid.describe() | {"generation": self.generation},
+                           readers={str(j): s for j, s in sorted(readers.items())}, ranks=self.ranks,
+                           turns={str(rank): int(turn)}, operations=operations)
 
 
 def reader_of(world: World) -> tuple[int, int, int]:

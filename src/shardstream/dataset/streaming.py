@@ -8,7 +8,7 @@ download locality, resumable at any position through ``state_dict`` /
 cache directory shared by every process on the machine (:mod:`shardstream.storage`),
 optionally capped by ``cache_limit``. With ``streams=[Stream(...), ...]`` (or an
 ``epoch_size``) the epoch is mixed from several datasets by weight (see
-:mod:`shardstream.loader.stream` and :mod:`shardstream.plan.mixed`).
+:mod:`shardstream.engine.stream` and :mod:`shardstream.plan.mixed`).
 """
 
 from __future__ import annotations
@@ -30,23 +30,23 @@ from ..storage.options import DEFAULT_DOWNLOAD_RETRY, DEFAULT_DOWNLOAD_TIMEOUT, 
 from ..storage.store import open_stores
 from ..storage.streams import open_streams
 from ..units import parse_bytes, parse_count
-from .caller import warn_caller
-from .cursor import EpochCursor
-from .batchsize import ONE_PER_STEP, warn_unset_batch_size
-from .indexbatches import batch_at, index_scan, scan_size
-from .mixorder import mixed_order
-from .notices import warn_small_predownload, warn_small_shuffle_block
-from .options import DatasetOptions
-from .order import SingleOrder
-from .prefetch import default_predownload
-from .reading import PassReader
-from .stream import WeightSchedule, described, places
-from .registry import stream_from_registry
-from .stream import one_stream
-from .table import ShardTable
-from .world import detect_world, rank_world
-from ..process.chain import Operations, ShuffleFlag
-from ..integrations.torchenv import prepare_worker, register_iterable
+from ..engine.caller import warn_caller
+from ..engine.cursor import EpochCursor
+from ..engine.batchsize import ONE_PER_STEP, warn_unset_batch_size
+from ..engine.indexbatches import batch_at, index_scan, scan_size
+from ..engine.mixorder import mixed_order
+from ..engine.notices import warn_small_predownload, warn_small_shuffle_block
+from ..engine.options import DatasetOptions
+from ..engine.order import SingleOrder
+from ..engine.prefetch import default_predownload
+from ..engine.reading import PassReader
+from ..engine.stream import WeightSchedule, described, places
+from ..engine.registry import stream_from_registry
+from ..engine.stream import one_stream
+from ..engine.table import ShardTable
+from ..engine.world import detect_world, rank_world
+from .operations import Operations, ShuffleFlag
+from ..runtime.torchenv import prepare_worker, register_iterable
 
 
 class StreamingDataset(Operations):
@@ -187,12 +187,12 @@ class StreamingDataset(Operations):
         self.cursor.set_batch_size(batch_size)
         if self._default_predownload:
             self.predownload = default_predownload(batch_size, self._average)
-        warn_unset_batch_size(self, f"it takes the loader's batch_size={batch_size}")
+        self._warn_batch_size(f"it takes the loader's batch_size={batch_size}")
 
     @property
     def shuffle(self) -> ShuffleFlag:
         """Whether the plan shuffles (mosaicml-streaming's flag); calling it adds HF's shuffle buffer:
-        ``ds.shuffle(seed=0, buffer_size=10_000)`` (see :mod:`shardstream.process.chain`)."""
+        ``ds.shuffle(seed=0, buffer_size=10_000)`` (see :mod:`shardstream.dataset.operations`)."""
         return ShuffleFlag(self._shuffle, self)
 
     @shuffle.setter
@@ -291,7 +291,7 @@ class StreamingDataset(Operations):
         return self.iterate()
 
     def detect_world(self) -> World:
-        """The world this process reads as (see :mod:`shardstream.loader.world`)."""
+        """The world this process reads as (see :mod:`shardstream.engine.world`)."""
         return detect_world(self.options.replication, explicit=self.world, parent=self._parent_world)
 
     def iterate(self, world: Optional[World] = None,
@@ -347,11 +347,16 @@ class StreamingDataset(Operations):
             self.adopt_batch_size(bs)
         return self.iterate_batches(columns=columns)
 
+    def _warn_batch_size(self, what: str, world: Optional[World] = None) -> None:
+        if not self.__dict__.get("_warned_batch_size"):  # once per dataset (and per worker copy)
+            self._warned_batch_size = True
+            warn_unset_batch_size(self, what, world)
+
     def _reading(self, world: Optional[World], columns) -> PassReader:
         """Start the next pass for ``world`` (default: :meth:`detect_world`) and its reader."""
         world = world or self.detect_world()
         if self.batch_size is None and (world.readers > 1 or world.workers > 1):
-            warn_unset_batch_size(self, ONE_PER_STEP, world)
+            self._warn_batch_size(ONE_PER_STEP, world)
         current = self.cursor.begin(world)
         if not self.__dict__.get("_block_checked"):  # once per dataset (and per worker copy)
             self._block_checked = True

@@ -1,6 +1,6 @@
 """One pass of a chain, taken by a loader that runs it itself (``IterableDataset.take_pass``).
 
-The thread loader (:mod:`shardstream.loader.threadloader`) makes a chain's items in its own thread and
+The thread loader (:mod:`shardstream.loaders.threadloader`) makes a chain's items in its own thread and
 counts what its loop consumed; what it needs of the chain is this object's public methods: the next
 ``(key, value)`` of this process's reader (:meth:`ChainPass.next`), the chain's format (:meth:`convert`),
 the state after the items consumed given the keys made and not consumed (:meth:`state`), and the
@@ -12,13 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from .agree import Agreed, PassEnd, agreement_for
-from .run import KIND, PIPELINE_STATE_VERSION, PassSetup, Run
-
-
-def boundary_state(fingerprint: str, epoch: int, complete: bool = False) -> dict:
-    """A chain's state at the start of ``epoch`` (``complete``: at the end of it, the next pass runs the next)."""
-    return {"version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fingerprint, "epoch": int(epoch),
-            "complete": complete}
+from .run import PassSetup, Run
+from .state import boundary_state, operations_of
 
 
 class ChainPass:
@@ -33,6 +28,7 @@ class ChainPass:
         self.epoch = made.epoch
         self.reader = made.reader_for(world)
         self.run = Run(root, specs, made, self.reader)
+        self.operations = operations_of(specs)
         self.agreement = agreement_for(made, world, explicit) if agree else None
         self.end = PassEnd()
         self._closed = False
@@ -53,10 +49,10 @@ class ChainPass:
         """The chain's state after the items consumed; ``pending``: keys made and not consumed (made again and
         handed on first by a resume)."""
         if self.end.ended:  # every rank ended the pass here
-            return boundary_state(self.fingerprint(), self.epoch, complete=True)
+            return boundary_state(self.fingerprint(), self.epoch, self.operations, complete=True)
         if self.setup.readers == 1 and self.run.done and not pending:
-            return boundary_state(self.fingerprint(), self.epoch, complete=True)
-        return self.setup.full_state({self.reader: self.run.state(pending)}, self.fingerprint())
+            return boundary_state(self.fingerprint(), self.epoch, self.operations, complete=True)
+        return self.setup.full_state({self.reader: self.run.state(pending)}, self.fingerprint(), self.operations)
 
     def close(self) -> None:
         """Stop the pass's reading (its download threads and pins); the state stays readable."""

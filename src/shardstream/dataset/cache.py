@@ -33,10 +33,10 @@ from ..errors import CacheMismatchError, EncodeError, InvalidArgumentError, Outp
 from ..format.atomic import TMP_PREFIX, atomic_write, read_json, remove_quietly
 from ..format.index import INDEX_BASENAME
 from ..format.shardwriter import DEFAULT_SIZE_LIMIT
-from ..loader.dataset import StreamingDataset
+from .streaming import StreamingDataset
 from ..storage.fs import filesystem, is_remote, local_path
 from ..writing.mdswriter import MDSWriter
-from .run import reader_of
+from ..engine.run import reader_of
 
 MARKER = "shardstream_cache.json"
 PENDING = f"{TMP_PREFIX}shardstream_cache.pending"

@@ -14,7 +14,7 @@ step:
   ``map`` (which may change the row count) or a resume redistributed on another world, shares
   hand on different numbers of items. Before it hands on each batch, the loader on each rank
   asks whether every rank has one (the minimum of a 0/1 flag over the ranks, through the job's
-  own runtime: :mod:`shardstream.integrations.agreement`), and the pass ends for every rank at
+  own runtime: :mod:`shardstream.runtime.agreement`), and the pass ends for every rank at
   the first step at which one of them has none. The batches the other ranks had left are not
   handed out; the state then says the epoch is complete, so a resume starts the next one, as the
   uninterrupted run does.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
-from ..loader.caller import warn_caller
+from .caller import warn_caller
 
 
 class RankBalanceWarning(UserWarning):
@@ -45,8 +45,8 @@ def agreement_for(made, world, explicit: bool) -> Optional[Any]:
     unless the world was given explicitly, as a test in one process gives it)."""
     if made.ranks <= 1 or made.balanced:
         return None
-    from ..integrations.agreement import runtime_agreement
-    from ..integrations.torchenv import worker_info
+    from ..runtime.agreement import runtime_agreement
+    from ..runtime.torchenv import worker_info
 
     if worker_info() is not None:
         return None

@@ -15,7 +15,7 @@ The ranks come from, in this order:
 
 The DataLoader worker (id and count) is always taken from torch when running in one.
 The library never initialises a process group; the one collective it issues is a processing chain's
-agreement on where an epoch ends (:mod:`shardstream.process.agree`).
+agreement on where an epoch ends (:mod:`shardstream.engine.agree`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import os
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..integrations.jaxenv import distributed_world as jax_world
-from ..integrations.torchenv import distributed_world, worker_info
+from ..runtime.jaxenv import distributed_world as jax_world
+from ..runtime.torchenv import distributed_world, worker_info
 from ..plan import World
 
 

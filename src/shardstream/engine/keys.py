@@ -5,7 +5,9 @@ source and for the stages that keep one output per input (``map`` with one row p
 row, ``filter``, ``shuffle``, column operations). A stage that makes new items from
 several inputs keys them by a tuple that names the inputs: a batched ``map`` that
 changes the number of rows gives ``("m", (input keys...), row)``, a packer
-``("p", ((key, start, stop), ...))``, ``batch`` ``("b", (keys...))``. A checkpoint holds
+``("p", ((key, start, stop), ...))``, ``batch`` ``("b", (keys...))``. Any other operation that makes
+an item from several inputs keys it with :func:`made_from` (``("g", (input keys...), extra...)``),
+which needs nothing of this module. A checkpoint holds
 keys, never values: a stage that holds items (a shuffle buffer, a partial pack) saves
 their keys, and on resume asks the stage before it to make the values again
 (:meth:`~.stage.Stage.recreate`).
@@ -55,6 +57,12 @@ def decode_all(objs) -> list:
     return [decode(o) for o in objs]
 
 
+def made_from(inputs, *extra) -> tuple:
+    """The key of an item made from the items keyed ``inputs`` (in order); ``extra``: ints or strings that tell
+    apart several items made from the same inputs (a row number, a piece)."""
+    return ("g", tuple(inputs), *extra)
+
+
 def positions(key: Any) -> list[int]:
     """The source positions an item with ``key`` was made from (its provenance), in order."""
     if type(key) is int:
@@ -75,7 +83,7 @@ def _collect(key: Any, out: list[int]) -> None:
     elif tag == "p":  # ("p", ((key, start, stop), ...))
         for piece in key[1]:
             _collect(piece[0], out)
-    elif tag == "b":  # ("b", keys)
+    elif tag in ("b", "g"):  # ("b", keys), ("g", inputs, extra...)
         for k in key[1]:
             _collect(k, out)
     else:

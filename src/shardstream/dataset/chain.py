@@ -15,12 +15,14 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import xxhash
 
 from ..errors import IncompatibleStateError, InvalidArgumentError
-from ..integrations.torchenv import register_iterable
-from .agree import Agreed, PassEnd, agreement_for
-from .maps import MapSpec
-from .ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
-from .prefetch import Prefetched
-from .run import KIND, PIPELINE_STATE_VERSION, Run, plan_pass, setup
+from ..runtime.torchenv import register_iterable
+from ..format.files import Piece
+from ..engine.agree import Agreed, PassEnd, agreement_for
+from ..engine.maps import MapSpec
+from ..engine.ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
+from ..engine.readahead import Prefetched
+from ..engine.run import Run, plan_pass, setup
+from ..engine.state import boundary_state, operations_of, read_chain_state
 
 FORMATS = (None, "python", "numpy", "np", "torch", "pt", "jax")
 
@@ -46,6 +48,17 @@ class IterableDataset:
         return out
 
     # -- operations ------------------------------------------------------------------------------
+    def apply(self, spec) -> "IterableDataset":
+        """This chain with one more operation: ``spec`` says what it does (``describe()``, for the fingerprint)
+        and builds its stage for each reader (``build(source, ctx)``); its class names the stage (``stage``, for
+        ``redistribute``). How every built-in operation is added, and how a new one is (see
+        :func:`register_operation` and docs/architecture.md, "Adding an operation")."""
+        missing = [name for name in ("build", "describe", "stage") if not hasattr(spec, name)]
+        if missing:
+            raise InvalidArgumentError(f"apply({type(spec).__name__}(...)): an operation's spec needs "
+                                       f"{missing}; see shardstream.engine.stage for the contract")
+        return self._with(spec)
+
     def map(self, function: Optional[Callable] = None, with_indices: bool = False,
             input_columns: Optional[Sequence[str]] = None, batched: bool = False, batch_size: Optional[int] = 1000,
             drop_last_batch: bool = False, remove_columns: Optional[Sequence[str]] = None,
@@ -127,7 +140,7 @@ class IterableDataset:
     def cache(self, output: str, **kwargs):
         """Write this chain's rows once to MDS at ``output`` (a directory or any fsspec URL) with its
         fingerprint, and return a StreamingDataset over them; a later call with the same source and
-        operations reuses them (see :func:`~shardstream.process.cache.cache_to_mds`)."""
+        operations reuses them (see :func:`~shardstream.dataset.cache.cache_to_mds`)."""
         from .cache import cache_to_mds
 
         return cache_to_mds(self, output, **kwargs)
@@ -136,7 +149,7 @@ class IterableDataset:
     def _convert(self) -> Callable[[Any], Any]:
         if self.format is None:
             return _same
-        from ..integrations.tensors import converter, to_numpy
+        from ..runtime.tensors import converter, to_numpy
 
         return to_numpy if self.format == "numpy" else converter(self.format)
 
@@ -238,6 +251,10 @@ class IterableDataset:
             self._fingerprint = xxhash.xxh64(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()
         return self._fingerprint
 
+    def operations(self) -> list[dict]:
+        """Each operation's name and state version, as the chain's state records them."""
+        return operations_of(self.specs)
+
     def state_dict(self) -> dict:
         """A plain-JSON state that resumes right after the items this process handed out.
 
@@ -245,21 +262,21 @@ class IterableDataset:
         list of them (``load_state_dict([s0, s1, ...])``) on any world."""
         fp = self.fingerprint()
         if self._agreed is not None and self._agreed.ended:  # every rank ended the pass here
-            return _boundary(fp, self._active[0].epoch, complete=True)
+            return boundary_state(fp, self._active[0].epoch, self.operations(), complete=True)
         if self._active is not None:
             made, it, reader = self._active
-            state = made.full_state({reader: it.state()}, fp)
+            state = made.full_state({reader: it.state()}, fp, self.operations())
             if made.readers == 1 and getattr(it, "done", False):
-                return _boundary(fp, made.epoch, complete=True)
+                return boundary_state(fp, made.epoch, self.operations(), complete=True)
             return state
         if self._loaded is not None:
             return self._loaded
-        return _boundary(fp, self._next_epoch)
+        return boundary_state(fp, self._next_epoch, self.operations())
 
     def load_state_dict(self, state) -> None:
         """Resume from :meth:`state_dict` (or the list of every rank's) at the next iteration, on any world."""
         self.close()
-        merged = merge_states(state)
+        merged = read_chain_state(state, self.operations())
         if merged["fingerprint"] != self.fingerprint():
             raise IncompatibleStateError(
                 "the state was saved by another pipeline (its source or operations differ: fingerprint "
@@ -284,6 +301,28 @@ class IterableDataset:
         return f"IterableDataset(root={type(self.root).__name__}, ops=[{ops}])"
 
 
+def register_operation(name: str, make_spec: Callable[..., Any]) -> None:
+    """Make ``chain.name(*args, **kwargs)`` (and ``StreamingDataset(...).name(...)``) add the operation
+    ``make_spec(*args, **kwargs)`` (a spec, see :meth:`IterableDataset.apply`) to a chain."""
+    from .operations import Operations
+
+    if not name.isidentifier() or name.startswith("_") or hasattr(IterableDataset, name):
+        raise InvalidArgumentError(f"register_operation({name!r}): the name must be a public identifier that "
+                                   "chains do not have yet")
+
+    def operation(self, *args, **kwargs):
+        return self.apply(make_spec(*args, **kwargs))
+
+    def on_dataset(self, *args, **kwargs):
+        return getattr(self.as_iterable(), name)(*args, **kwargs)
+
+    operation.__name__ = on_dataset.__name__ = name
+    operation.__doc__ = on_dataset.__doc__ = make_spec.__doc__
+    setattr(IterableDataset, name, operation)
+    if not hasattr(Operations, name):
+        setattr(Operations, name, on_dataset)
+
+
 _POSITION_KEYS = ("epoch", "sample_in_epoch", "segment_origin", "region_base", "initial_physical_nodes")
 
 
@@ -293,7 +332,7 @@ def source_identity(root) -> dict:
     h = xxhash.xxh64()
     for store in root.table.stores:
         for shard in store.shards:
-            if hasattr(shard, "file"):  # a piece of a data file (an MDS shard's `version` is its format's)
+            if isinstance(shard, Piece):  # a piece of a data file
                 h.update(f"{shard.file}|{shard.version}|{shard.start}|{shard.stop}|{shard.samples}\n".encode())
             else:
                 info = store.format.resident_file(shard)
@@ -317,38 +356,13 @@ def _items(run: Run, convert) -> Iterator[Any]:
         run.close()
 
 
-def _boundary(fp: str, epoch: int, complete: bool = False) -> dict:
-    return {"version": PIPELINE_STATE_VERSION, "kind": KIND, "fingerprint": fp, "epoch": int(epoch),
-            "complete": complete}
-
-
-def merge_states(state) -> dict:
-    """One state from a state or the list of every rank's (their readers united)."""
-    if isinstance(state, (str, bytes)):
-        state = json.loads(state)
-    parts = list(state) if isinstance(state, (list, tuple)) else [state]
-    if not parts:
-        raise InvalidArgumentError("load_state_dict got an empty list of states")
-    for p in parts:
-        if not isinstance(p, dict) or p.get("kind") != KIND:
-            raise IncompatibleStateError(
-                "this is not a pipeline state (made by IterableDataset.state_dict()); a StreamingDataset's own "
-                "state loads with StreamingDataset.load_state_dict")
-        if p.get("version") != PIPELINE_STATE_VERSION:
-            raise IncompatibleStateError(f"pipeline state version {p.get('version')!r} is not supported")
-    first = dict(parts[0])
-    if len(parts) == 1:
-        return first
-    for p in parts[1:]:
-        for key in ("fingerprint", "epoch", "source", "grid", "complete"):
-            if p.get(key) != first.get(key):
-                raise IncompatibleStateError(f"the ranks' states differ in {key!r}: were they saved at the same step?")
-    readers, turns = {}, {}
-    for p in parts:
-        readers.update(p.get("readers", {}))
-        turns.update(p.get("turns", {}))
-    first["readers"], first["turns"] = readers, turns
-    return first
+def merge_states(state, operations: Optional[list] = None) -> dict:
+    """One state from a state or the list of every rank's (see :func:`shardstream.engine.state.read_chain_state`);
+    ``operations``: the chain's, to check the state against (default: the state's own)."""
+    if operations is None:
+        first = state[0] if isinstance(state, (list, tuple)) and state else state
+        operations = first.get("operations") or [] if isinstance(first, dict) else []
+    return read_chain_state(state, operations)
 
 
 def _refuse(kwargs: dict, op: str, known: set) -> None:

@@ -12,11 +12,8 @@ ONE_PER_STEP = ("each step holds 1 sample per rank (DataLoader workers take turn
 
 
 def warn_unset_batch_size(dataset, what: str, world: Optional[World] = None) -> None:
-    """Warn once per dataset: several ranks or DataLoader workers, or a loader's batch adopted, plan the
-    epoch in steps the user did not choose (mosaicml-streaming refuses such a dataset)."""
-    if dataset.__dict__.get("_warned_batch_size"):
-        return
-    dataset._warned_batch_size = True
+    """Warn that several ranks or DataLoader workers, or a loader's batch adopted, plan the epoch in steps
+    the user did not choose (mosaicml-streaming refuses such a dataset). The dataset says it once."""
     ranks = (world or dataset.detect_world()).readers
     per, size, tail = dataset.batch_size or 1, dataset.epoch_size, dataset.options.epoch_tail
     steps = -(-size // (per * ranks)) if tail == "pad" else size // (per * ranks)

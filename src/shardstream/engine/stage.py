@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Callable, Optional
 
-from ..loader.nodes import Node
+from .nodes import Node
 from ..stats import record
 
 

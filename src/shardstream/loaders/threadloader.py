@@ -7,11 +7,11 @@ Every loader that makes batches in a thread of the training process (``BatchLoad
   ``StreamingDataset.iterate_batches``), each stamped with the plan position after it (:mod:`.nodes`);
   the loader keeps the stamp of the last batch handed to the loop (:class:`~.nodes.Consumed`);
 - :class:`ChainRun`: a processing chain's passes (``ds.map(...).filter(...).batch(n)``), taken from the chain
-  with its public ``take_pass`` (the chain's :class:`~shardstream.process.chainpass.ChainPass`). The thread notes
+  with its public ``take_pass`` (the chain's :class:`~shardstream.engine.chainpass.ChainPass`). The thread notes
   the key of every item it makes, under a lock, together with the chain's step; the loop drops it when it
   takes the item, so the state is the chain's plus the keys made and not consumed (a resume makes them again
   and hands them on first). A pass that is not balanced over ranks ends on every rank at the same step
-  (``ChainPass.agreed``, :mod:`shardstream.process.agree`).
+  (``ChainPass.agreed``, :mod:`shardstream.engine.agree`).
 
 A sharded source (``ParquetShardedSource(...)``) is read through its ``dataset(...)``. The thread makes up to
 ``depth`` items ahead (0: none, they are made in the loop's thread); ``state_dict()`` is the state after the
@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Optional
 from ..errors import ShardstreamError
 from ..stats.loaders import LoaderStatsMixin, rows_of, timed_items
 from ..stats.meter import add_after, metered
-from .nodes import Consumed, Stamped, stamped
+from ..engine.nodes import Consumed, Stamped, stamped
 
 _END = object()
 

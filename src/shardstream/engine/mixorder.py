@@ -1,6 +1,6 @@
 """The order of a dataset mixed from several streams: a strategy of the :class:`~.cursor.EpochCursor`.
 
-Like :class:`~shardstream.loader.order.SingleOrder`, but each epoch is a
+Like :class:`~shardstream.engine.order.SingleOrder`, but each epoch is a
 :class:`~shardstream.plan.mixed.MixedEpoch`. A state holds the epoch and the global
 position in it, plus a description of the mixture (streams, weights, methods), so it is
 refused for another mixture. ``random`` batching resumes with any global batch;

@@ -1,4 +1,16 @@
-"""Resumption state: a small, versioned, plain-JSON dict, validated before use.
+"""What a checkpoint holds: small, versioned, plain-JSON dicts, validated before use.
+
+A dataset is a chain with no operations, so every checkpoint is one of two views of one envelope:
+
+- **the source's position** (:func:`make_state`, :func:`parse_state`): the epoch and the global plan
+  position consumed, with the order settings and the dataset's identity. A ``StreamingDataset`` (a chain
+  with no operations, at a step boundary) saves exactly this; its keys are mosaicml-streaming's.
+- **a chain's state** (:func:`chain_state`, :func:`boundary_state`, :func:`read_chain_state`): kind,
+  version, the chain's fingerprint, the epoch, the source's position at the start of the pass's plan
+  segment (the view above), how the segment is dealt among the readers (the grid), each reader's frontier,
+  what each operation's stage holds (as item keys) and the items made but not consumed, and the name and
+  state version of every operation. With several ranks each saves its own readers and the list of them
+  loads on any world (:func:`read_chain_state` unites it).
 
 The keys of mosaicml-streaming's checkpoints (``epoch``, ``sample_in_epoch``,
 ``shuffle_seed``, ``num_canonical_nodes``, ``initial_physical_nodes``) are kept with
@@ -16,6 +28,8 @@ from typing import Any
 from ..errors import IncompatibleStateError, InvalidArgumentError
 
 STATE_VERSION = 1
+CHAIN_KIND = "shardstream.pipeline"
+CHAIN_STATE_VERSION = 2  # 2: each operation's name and state version ("operations"); 1 still loads
 
 # settings that change the order of an epoch: a state is refused if any differs
 ORDER_SETTINGS = ("shuffle", "shuffle_algo", "shuffle_seed", "shuffle_block_size", "num_canonical_nodes",
@@ -112,3 +126,71 @@ def _compare(obj: dict, expected: dict, keys, what: str, fix: str) -> None:
     diffs = [f"{k}: state has {obj[k]!r}, this dataset has {expected[k]!r}" for k in keys if obj[k] != expected[k]]
     if diffs:
         raise IncompatibleStateError(f"{what} ({'; '.join(diffs)}); {fix}")
+
+
+# -- a chain's state --------------------------------------------------------------------------------------------
+def operations_of(specs) -> list[dict]:
+    """Each operation's name and the version of its stage's state (``state_version``, default 1)."""
+    return [{"op": spec.describe().get("op", type(spec).__name__), "version": int(getattr(spec, "state_version", 1))}
+            for spec in specs]
+
+
+def chain_state(*, fingerprint: str, epoch: int, source: dict, grid: dict, readers: dict, ranks: int,
+                turns: dict, operations: list) -> dict:
+    """The state of a chain inside a pass (see the module docstring)."""
+    return {"version": CHAIN_STATE_VERSION, "kind": CHAIN_KIND, "fingerprint": fingerprint, "epoch": int(epoch),
+            "source": source, "grid": grid, "readers": readers, "ranks": int(ranks), "turns": turns,
+            "operations": operations}
+
+
+def boundary_state(fingerprint: str, epoch: int, operations: list, complete: bool = False) -> dict:
+    """The state of a chain between passes: ``epoch`` runs next from its start, or (``complete``) is done."""
+    return {"version": CHAIN_STATE_VERSION, "kind": CHAIN_KIND, "fingerprint": fingerprint, "epoch": int(epoch),
+            "complete": complete, "operations": operations}
+
+
+def read_chain_state(state, operations: list) -> dict:
+    """One chain state from a state, its JSON text, or the list of every rank's (their readers united), checked
+    against this chain's ``operations`` (:func:`operations_of`)."""
+    if isinstance(state, (str, bytes)):
+        state = decode_state(state)
+    parts = list(state) if isinstance(state, (list, tuple)) else [state]
+    if not parts:
+        raise InvalidArgumentError("load_state_dict got an empty list of states")
+    for p in parts:
+        _check_chain_part(p, operations)
+    first = dict(parts[0])
+    if len(parts) == 1:
+        return first
+    for p in parts[1:]:
+        for key in ("fingerprint", "epoch", "source", "grid", "complete"):
+            if p.get(key) != first.get(key):
+                raise IncompatibleStateError(f"the ranks' states differ in {key!r}: were they saved at the same step?")
+    readers, turns = {}, {}
+    for p in parts:
+        readers.update(p.get("readers", {}))
+        turns.update(p.get("turns", {}))
+    first["readers"], first["turns"] = readers, turns
+    return first
+
+
+def _check_chain_part(p, operations: list) -> None:
+    if not isinstance(p, dict) or p.get("kind") != CHAIN_KIND:
+        raise IncompatibleStateError(
+            "this is not a chain's state (made by IterableDataset.state_dict()); a StreamingDataset's own "
+            "state loads with StreamingDataset.load_state_dict")
+    if p.get("version") not in (1, CHAIN_STATE_VERSION):
+        raise IncompatibleStateError(f"chain state version {p.get('version')!r} is not supported (this shardstream "
+                                     f"reads versions 1 and {CHAIN_STATE_VERSION}); save it again with this version")
+    saved = p.get("operations")
+    if saved is None:  # version 1: every stage's state was at version 1
+        return
+    names = [o.get("op") for o in saved]
+    if names != [o["op"] for o in operations]:
+        raise IncompatibleStateError(f"the state was saved by a chain of the operations {names}, and this chain "
+                                     f"has {[o['op'] for o in operations]}; resume with the same chain")
+    for i, (was, now) in enumerate(zip(saved, operations)):
+        if was.get("version") != now["version"]:
+            raise IncompatibleStateError(
+                f"operation {i} ({now['op']}) saved its state at version {was.get('version')!r} and this "
+                f"shardstream reads version {now['version']}; resume with the shardstream that saved it")

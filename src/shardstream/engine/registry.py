@@ -41,6 +41,17 @@ T = TypeVar("T")
 _ENTRIES: dict[tuple[str, ...], dict[str, Any]] = {}
 
 
+def snapshot() -> dict:
+    """Every registry's entries as they are now (a copy), for :func:`restore`."""
+    return {namespace: dict(items) for namespace, items in _ENTRIES.items()}
+
+
+def restore(saved: dict) -> None:
+    """Put every registry's entries back as :func:`snapshot` saw them."""
+    _ENTRIES.clear()
+    _ENTRIES.update({namespace: dict(items) for namespace, items in saved.items()})
+
+
 class RegistryError(InvalidArgumentError):
     """A name that is not registered, or a namespace that already exists."""
 

@@ -3,7 +3,7 @@
 It takes a StreamingDataset, any processing chain (:mod:`.dataset`) or a sharded source, and adds a
 shuffle buffer (``shuffle_buffer_size``), batching and a format; a background thread keeps
 ``prefetch_buffer_size`` batches ready (``prefetch_enabled``): the thread loader
-(:mod:`shardstream.loader.threadloader`) that ``BatchLoader`` and ``JaxLoader`` run on too.
+(:mod:`shardstream.loaders.threadloader`) that ``BatchLoader`` and ``JaxLoader`` run on too.
 ``prefetch_workers`` threads download shards ahead of the reader (the engine's download threads). Its
 ``state_dict()`` counts only the batches the loop took, and resumes exactly, on any world (see
 :mod:`.run`); every rank ends a pass at the same step (:mod:`.agree`). For CPU-heavy maps across
@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import InvalidArgumentError
-from ..loader.threadloader import ChainRun, ThreadLoader
+from .threadloader import ChainRun, ThreadLoader
 
 
 def as_chain(source):
     """``source`` as a processing chain: an IterableDataset as it is, a StreamingDataset's own chain, a
     sharded source's dataset."""
-    from .dataset import IterableDataset
+    from ..dataset.chain import IterableDataset
 
     if isinstance(source, IterableDataset):
         return source

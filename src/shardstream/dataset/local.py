@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .dataset import StreamingDataset
+from .streaming import StreamingDataset
 
 
 class LocalDataset:

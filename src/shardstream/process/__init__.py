@@ -1,1 +1,0 @@
-"""Processing on the stream: lazily chained operations over a dataset's plan, resumable exactly."""
