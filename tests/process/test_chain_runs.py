@@ -99,7 +99,7 @@ def test_runs_give_the_items_and_states_of_single_items(jsonl_dir, sizes, lookah
     # and from a state saved in the middle (the buffer and a map group made again on resume)
     fp = chain.fingerprint()
     made = setup(chain.root, chain.specs, World(), 0, None)
-    loaded = made.full_state({0: single[len(single) // 3][2]}, fp)
+    loaded = made.full_state({0: single[len(single) // 3][2]}, fp, chain.operations())
     rest = _item_by_item(chain, loaded)
     assert [k for k, _, _ in rest] == [k for k, _, _ in single[len(single) // 3 + 1:]]
     assert [k for keys, _, _ in _in_runs(chain, sizes, loaded) for k in keys] == [k for k, _, _ in rest]

@@ -14,15 +14,15 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import xxhash
 
-from ..errors import IncompatibleStateError, InvalidArgumentError
-from ..runtime.torchenv import register_iterable
-from ..format.files import Piece
-from ..engine.agree import Agreed, PassEnd, agreement_for
+from ..engine.chainpass import same
+from ..engine.cursor import ChainCursor
 from ..engine.maps import MapSpec
 from ..engine.ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
-from ..engine.readahead import Prefetched
-from ..engine.run import Run, plan_pass, setup
-from ..engine.state import boundary_state, operations_of, read_chain_state
+from ..engine.run import plan_pass
+from ..engine.state import operations_of, read_chain_state
+from ..errors import InvalidArgumentError
+from ..format.files import Piece
+from ..runtime.torchenv import register_iterable
 
 FORMATS = (None, "python", "numpy", "np", "torch", "pt", "jax")
 
@@ -36,11 +36,8 @@ class IterableDataset:
         self.specs = tuple(specs)
         self.format = fmt
         self._prefetch = prefetch
-        self._next_epoch = 0
-        self._loaded: Optional[dict] = None
-        self._active = None  # (setup, run or prefetch producer, reader)
-        self._agreed: Optional[PassEnd] = None  # the pass in progress, when its ranks agree where it ends
         self._fingerprint: Optional[str] = None
+        self.cursor = ChainCursor(root, self.specs, self.fingerprint)  # where the chain is (engine/cursor.py)
 
     def _with(self, spec=None, **changes) -> "IterableDataset":
         out = IterableDataset(self.root, self.specs + ((spec,) if spec is not None else ()),
@@ -148,7 +145,7 @@ class IterableDataset:
     # -- iteration -------------------------------------------------------------------------------
     def _convert(self) -> Callable[[Any], Any]:
         if self.format is None:
-            return _same
+            return same
         from ..runtime.tensors import converter, to_numpy
 
         return to_numpy if self.format == "numpy" else converter(self.format)
@@ -160,63 +157,38 @@ class IterableDataset:
     def ticket(self) -> tuple:
         """The pass the next iteration runs: ``(next epoch, loaded state or None)``; it changes exactly when
         that pass changes (an iteration, :meth:`set_epoch`, :meth:`load_state_dict`)."""
-        return self._next_epoch, self._loaded
+        return self.cursor.ticket
 
     def take_ticket(self) -> tuple:
         """:attr:`ticket`, taken by whoever runs that pass: a loaded state is then forgotten here."""
-        ticket = self.ticket
-        self._loaded = None
-        return ticket
+        return self.cursor.take_ticket()
+
+    def _begin(self, ticket: Optional[tuple], world=None, agree: bool = True):
+        explicit = world is not None or self.root.world is not None
+        world = world if world is not None else self.root.detect_world()
+        return self.cursor.begin(world, ticket, convert=self._convert(), agree=agree and self.batched,
+                                 explicit=explicit)
 
     def run_stamped(self, ticket: tuple, stamp: Callable[[Any, int, dict], Any] = lambda *s: s) -> Iterator[Any]:
         """The items of the pass ``ticket`` names (see :meth:`run_pass`, without agreeing between ranks), each
         as ``stamp(item, reader, that reader's state after it)``: what a loader running the chain in its workers
         records (``StreamingDataLoader`` over a chain, which agrees for its workers)."""
-        it = self.run_pass(ticket, agree=False)
-        _, run, reader = self._active
-        state = run.state
-        for item in it:
-            yield stamp(item, reader, state())
+        return self._begin(ticket, agree=False).stamped(stamp, self._prefetch)
 
     def run_pass(self, ticket: tuple, meter=None, agree: bool = True) -> Iterator[Any]:
         """Run the pass ``ticket`` = ``(next epoch, loaded state)`` names, as this process's reader;
-        ``meter``: the prefetch thread stamps each item with its loader stats (see :mod:`.prefetch`).
+        ``meter``: the prefetch thread stamps each item with its loader stats (see :mod:`.readahead`).
         ``agree``: a chain of batches on several ranks ends its pass on every rank at the same step (see
         :mod:`.agree`); False where a loader agrees for it (``StreamingDataLoader`` over a chain)."""
-        self.close()
-        world = self.root.detect_world()
-        made = setup(self.root, self.specs, world, *ticket)
-        reader = made.reader_for(world)
-        self._next_epoch = made.epoch + 1
-        run = Run(self.root, self.specs, made, reader)
-        convert = self._convert()
-        if self._prefetch:
-            it = Prefetched(run, self._prefetch, convert, meter)
-            self._active = (made, it.producer, reader)  # not the iterator: dropping it stops the thread
-        else:
-            self._active = (made, run, reader)
-            it = _items(run, convert)
-        agreement = agreement_for(made, world, self.root.world is not None) if agree and self.batched else None
-        if agreement is None:
-            return it
-        agreed = Agreed(it, agreement)
-        self._agreed = agreed.end  # not the iterator either
-        return agreed
+        chain_pass = self._begin(ticket, agree=agree)
+        return chain_pass.agreed(chain_pass.items(self._prefetch, meter))
 
     def take_pass(self, world=None):
         """Take the pass the next iteration would run (the next epoch, or the state loaded) for a loader that runs
-        it in its own thread and counts what its loop consumed (:class:`.chainpass.ChainPass`); the chain then
-        stands after that pass. ``world``: this process's place (default: the root's)."""
-        from .chainpass import ChainPass
-
-        self.close()
-        explicit = world is not None or self.root.world is not None
-        world = world if world is not None else self.root.detect_world()
-        ticket, self._loaded = (self._next_epoch, self._loaded), None
-        made = setup(self.root, self.specs, world, *ticket)
-        self._next_epoch = made.epoch + 1
-        return ChainPass(self.root, self.specs, made, world, fingerprint=self.fingerprint, convert=self._convert(),
-                         agree=self.batched, explicit=explicit)
+        it in its own thread and counts what its loop consumed (:class:`~shardstream.engine.chainpass.ChainPass`);
+        the chain then stands after that pass. ``world``: this process's place (default: the root's)."""
+        self._begin(None, world)
+        return self.cursor.hand_over()
 
     @property
     def prefetch_depth(self) -> int:
@@ -230,17 +202,11 @@ class IterableDataset:
 
     def close(self) -> None:
         """Stop the pass in progress (its threads and pins)."""
-        if self._active is not None:
-            self._active[1].close()
-            self._active = None
-        self._agreed = None
+        self.cursor.close()
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run ``epoch`` from its start."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidArgumentError(f"set_epoch({epoch!r}) needs an int >= 0")
-        self.close()
-        self._next_epoch, self._loaded = epoch, None
+        self.cursor.set_epoch(epoch)
 
     # -- state -----------------------------------------------------------------------------------
     def fingerprint(self) -> str:
@@ -260,41 +226,11 @@ class IterableDataset:
 
         With several ranks each rank's state holds its own readers: save every rank's and load the
         list of them (``load_state_dict([s0, s1, ...])``) on any world."""
-        fp = self.fingerprint()
-        if self._agreed is not None and self._agreed.ended:  # every rank ended the pass here
-            return boundary_state(fp, self._active[0].epoch, self.operations(), complete=True)
-        if self._active is not None:
-            made, it, reader = self._active
-            state = made.full_state({reader: it.state()}, fp, self.operations())
-            if made.readers == 1 and getattr(it, "done", False):
-                return boundary_state(fp, made.epoch, self.operations(), complete=True)
-            return state
-        if self._loaded is not None:
-            return self._loaded
-        return boundary_state(fp, self._next_epoch, self.operations())
+        return self.cursor.state()
 
     def load_state_dict(self, state) -> None:
         """Resume from :meth:`state_dict` (or the list of every rank's) at the next iteration, on any world."""
-        self.close()
-        merged = read_chain_state(state, self.operations())
-        if merged["fingerprint"] != self.fingerprint():
-            raise IncompatibleStateError(
-                "the state was saved by another pipeline (its source or operations differ: fingerprint "
-                f"{merged['fingerprint']} vs {self.fingerprint()}); resume with the same chain of operations")
-        if "grid" in merged:
-            n = int(merged["grid"]["readers"])
-            missing = sorted(set(range(n)) - {int(j) for j in merged["readers"]})
-            if missing:
-                raise IncompatibleStateError(
-                    f"the state holds {n - len(missing)} of its {n} readers (missing {missing[:8]}); with several "
-                    "ranks save every rank's state_dict() and load the list of them")
-        self._loaded = merged
-        self._next_epoch = int(merged["epoch"])
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_active"] = None  # a pass in progress stays with its process
-        return state
+        self.cursor.load(state)
 
     def __repr__(self) -> str:
         ops = ", ".join(s.describe().get("op", type(s).__name__) for s in self.specs)
@@ -339,21 +275,6 @@ def source_identity(root) -> dict:
                 h.update(f"{info.basename}|{info.bytes}|{sorted(info.hashes.items())}\n".encode())
     settings = {k: v for k, v in plan_pass(root, 0)[1].items() if k not in _POSITION_KEYS}
     return {"files": h.hexdigest(), "plan": settings}
-
-
-def _same(v):
-    return v
-
-
-def _items(run: Run, convert) -> Iterator[Any]:
-    try:
-        if convert is _same:
-            yield from run.values()
-        else:
-            for v in run.values():
-                yield convert(v)
-    finally:
-        run.close()
 
 
 def merge_states(state, operations: Optional[list] = None) -> dict:

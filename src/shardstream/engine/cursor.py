@@ -1,4 +1,4 @@
-"""Who decides a sample's position: the epoch cursor.
+"""Where the job is: the cursor of a dataset, and of a chain of operations over it.
 
 :class:`EpochCursor` is the one owner of *where the dataset is* in its run: the epoch the
 next pass runs, a pending resumption point loaded from a checkpoint, the pass in progress
@@ -9,6 +9,12 @@ What an epoch looks like is a strategy behind it: :class:`~.order.SingleOrder` f
 dataset, :class:`~.mixorder.MixedOrder` for a mixture of streams. A strategy turns an epoch
 (or a resumption point) into a :class:`Pass` for a world, and a position of a pass into a
 state dict; it keeps no notion of "current".
+
+:class:`ChainCursor` is the same for a chain (a dataset with operations), in the same words: the epoch
+the next pass runs, a pending state loaded from a checkpoint (validated: see :mod:`.state`), and the
+pass in progress in this process (a :class:`~.chainpass.ChainPass`, which every runtime runs: plain
+iteration, DataLoader workers, the thread loaders). A chain's pass starts from its root's order (the
+dataset's cursor's strategy) and deals it among the readers (:mod:`.run`).
 
 Positions are global *plan* positions: sample ``p`` of an epoch is the ``p``-th of the
 global order, whatever the number of ranks and workers. A checkpoint records how far the
@@ -23,9 +29,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import IncompatibleStateError, InvalidArgumentError
 from ..plan import World
-from .state import decode_state
+from .chainpass import ChainPass
+from .run import setup
+from .state import boundary_state, decode_state, operations_of, read_chain_state
 
 
 @dataclass
@@ -191,3 +199,103 @@ class EpochCursor:
         self._pending = point
         self._next_epoch = point.epoch
         self._current = None
+
+
+class ChainCursor:
+    """Epoch, pending state and pass in progress of a chain ``root`` + ``specs`` (see the module docstring);
+    ``fingerprint``: the chain's, asked for when a state is made or checked."""
+
+    def __init__(self, root, specs, fingerprint) -> None:
+        self.root, self.specs, self.fingerprint = root, tuple(specs), fingerprint
+        self.operations = operations_of(self.specs)
+        self._next_epoch = 0
+        self._pending: Optional[dict] = None  # a validated chain state, run by the next pass
+        self._current: Optional[ChainPass] = None
+
+    @property
+    def next_epoch(self) -> int:
+        return self._next_epoch
+
+    @property
+    def pending(self) -> Optional[dict]:
+        return self._pending
+
+    @property
+    def current(self) -> Optional[ChainPass]:
+        """The pass in progress in this process, or None."""
+        return self._current
+
+    @property
+    def ticket(self) -> tuple:
+        """What the next pass runs: ``(next epoch, pending state or None)``; it changes exactly when that pass
+        changes (a pass begun, :meth:`set_epoch`, :meth:`load`)."""
+        return self._next_epoch, self._pending
+
+    def take_ticket(self) -> tuple:
+        """:attr:`ticket`, taken by whoever runs that pass (a loader that runs it in its workers): the pending
+        state is then forgotten here."""
+        ticket, self._pending = self.ticket, None
+        return ticket
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass run ``epoch`` from its start, dropping any pending state."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidArgumentError(f"set_epoch({epoch!r}) needs an int >= 0")
+        self.close()
+        self._next_epoch, self._pending = epoch, None
+
+    def begin(self, world: World, ticket: Optional[tuple] = None, *, convert, agree: bool,
+              explicit: bool) -> ChainPass:
+        """Start the pass ``ticket`` names (default: the cursor's own, taken) as ``world``'s reader; the cursor
+        then stands after it. ``agree``: the ranks end the pass at the same step where they may differ (see
+        :mod:`.agree`); ``explicit``: the world was given (no warning when nothing can agree)."""
+        self.close()
+        ticket = self.take_ticket() if ticket is None else ticket
+        made = setup(self.root, self.specs, world, *ticket)
+        self._next_epoch = made.epoch + 1
+        self._current = ChainPass(self.root, self.specs, made, world, fingerprint=self.fingerprint,
+                                  convert=convert, agree=agree, explicit=explicit)
+        return self._current
+
+    def hand_over(self) -> Optional[ChainPass]:
+        """The pass in progress, now its runner's alone (a thread loader that counts what its loop consumed):
+        the cursor forgets it without closing it, and stands after it."""
+        current, self._current = self._current, None
+        return current
+
+    def state(self) -> dict:
+        """The chain's state: of the pass in progress after what this process handed out, else the pending
+        one, else the start of the next epoch."""
+        if self._current is not None:
+            return self._current.state()
+        if self._pending is not None:
+            return self._pending
+        return boundary_state(self.fingerprint(), self._next_epoch, self.operations)
+
+    def load(self, state) -> None:
+        """Validate a chain state (or the list of every rank's) and make it the next pass's start."""
+        merged = read_chain_state(state, self.operations)
+        if merged["fingerprint"] != self.fingerprint():
+            raise IncompatibleStateError(
+                "the state was saved by another pipeline (its source or operations differ: fingerprint "
+                f"{merged['fingerprint']} vs {self.fingerprint()}); resume with the same chain of operations")
+        if "grid" in merged:
+            n = int(merged["grid"]["readers"])
+            missing = sorted(set(range(n)) - {int(j) for j in merged["readers"]})
+            if missing:
+                raise IncompatibleStateError(
+                    f"the state holds {n - len(missing)} of its {n} readers (missing {missing[:8]}); with several "
+                    "ranks save every rank's state_dict() and load the list of them")
+        self.close()
+        self._pending, self._next_epoch = merged, int(merged["epoch"])
+
+    def close(self) -> None:
+        """Stop the pass in progress (its threads and pins); the cursor stays after it."""
+        current, self._current = self._current, None
+        if current is not None:
+            current.close()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_current"] = None  # a pass in progress stays with its process
+        return state

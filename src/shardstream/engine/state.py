@@ -177,7 +177,7 @@ def read_chain_state(state, operations: list) -> dict:
 def _check_chain_part(p, operations: list) -> None:
     if not isinstance(p, dict) or p.get("kind") != CHAIN_KIND:
         raise IncompatibleStateError(
-            "this is not a chain's state (made by IterableDataset.state_dict()); a StreamingDataset's own "
+            "this is not a pipeline state (a chain's, made by IterableDataset.state_dict()); a StreamingDataset's own "
             "state loads with StreamingDataset.load_state_dict")
     if p.get("version") not in (1, CHAIN_STATE_VERSION):
         raise IncompatibleStateError(f"chain state version {p.get('version')!r} is not supported (this shardstream "
