@@ -119,6 +119,17 @@ def test_which_passes_are_balanced(rows_dir):
     assert {len([p for c in three.grid.chunks(j, three.grid.first(j)) for p in c]) for j in range(3)} == {331}
     assert setup(ds, chain.specs, World(num_nodes=3), 0, merge_states(three.full_state(
         three.states, loaded["fingerprint"], loaded["operations"]))).balanced  # and continues balanced there
+    for counted in (lambda c: c.take(400), lambda c: c.filter(lambda r: r["id"] % 3)):  # dealt as before: agreed
+        states = []
+        for rank in range(2):
+            c = counted(ss.StreamingDataset(local=rows_dir, world=World(num_nodes=2, node=rank)).shuffle(
+                seed=0, buffer_size=10))
+            it = iter(c)
+            for _ in range(5):
+                next(it)
+            states.append(c.state_dict())
+            c.close()
+        assert not setup(ds, c.specs, World(num_nodes=3), 0, merge_states(states)).balanced
 
 
 def test_ranks_from_the_environment_without_a_runtime_are_warned(rows_dir, monkeypatch):
