@@ -6,18 +6,21 @@ continuation of a loaded state. A state saved on the same number of readers cont
 each reader exactly where it was (the same order, to the item). A state saved on another
 number of readers is *redistributed* first (:func:`redistribute`):
 
-- the new grid starts at the lowest frontier of the old readers, and lists as ``skip`` the
-  positions beyond it that some old reader had already read;
-- what the old readers' stages held (shuffle buffers, partial map groups, partial packs,
-  items made but not yet consumed) is pooled stage by stage and dealt among the new
-  readers, and random streams are re-seeded for the new generation.
+- what no old reader has read (beyond the lowest frontier, less what some reader had read ahead of it)
+  is dealt evenly among the new readers (:mod:`shardstream.plan.compact`), padded like a fresh pass;
+- in a chain that keeps the count, whose stages can say what they hold (:meth:`.stage.Stage.held_keys`),
+  the items they held and those made but not consumed go back to the source (their positions are
+  read again) and every stage starts afresh: the new readers begin with equal work, and the pass
+  stays balanced (:attr:`PassSetup.even`);
+- otherwise what the old readers' stages held (shuffle buffers, partial map groups, partial packs,
+  items made but not yet consumed) is pooled stage by stage and dealt among the new readers.
+  Random streams are re-seeded for the new generation.
 
-Every source position is thus read exactly once per epoch (a fresh pass's padding, fewer than
-``readers`` positions that repeat the epoch's first samples, included: see :mod:`.source`), and
-every item made from it is handed to the training loop exactly once, whatever the worlds before
-and after, unless the ranks end the pass early together (:mod:`.agree`). The order
-after such a resume differs from the uninterrupted run's (readers draw from other
-buffers); on the same world it is identical.
+Every source position thus reaches the chain's items once per epoch (beside the padding of each pass, fewer than
+its ``readers`` positions that repeat the epoch's first samples: see :mod:`.source`), and every item made
+from it is handed to the training loop exactly once, whatever the worlds before and after, unless the
+ranks end the pass early together (:mod:`.agree`). The order after such a resume differs from the
+uninterrupted run's (readers draw from other buffers); on the same world it is identical.
 
 :class:`Run` is one reader's chain (source, then the stages) with the items to replay
 first and the state after what it handed on.
