@@ -78,3 +78,58 @@ def test_thousands_of_chunks_waiting_for_one_shard_all_get_it():
     assert not failed, failed
     assert len(got) == n and all(p == {0} for p in got)
     assert cache.pins == 1 and cache.refs == 0  # one pin; every reference taken was dropped
+
+
+class QuickCache(HeldCache):
+    """Pins at once; ``on_pin`` runs on the download thread that pins."""
+
+    def __init__(self, on_pin=None) -> None:
+        super().__init__()
+        self.release.set()
+        self.on_pin = on_pin
+
+    def pin(self, shard: int, must: bool = False) -> bool:
+        if self.on_pin is not None:
+            self.on_pin()
+        return super().pin(shard, must)
+
+
+def drain(prefetcher: Prefetcher) -> int:
+    n = 0
+    for chunk, pinned in prefetcher:
+        prefetcher.done(chunk, pinned)
+        n += 1
+    return n
+
+
+def test_a_prefetcher_closed_from_its_own_prefetch_thread_stops_without_joining_itself():
+    """What a consumer's generator finalised by the garbage collector on the prefetch thread does."""
+    cache, made = QuickCache(), []
+
+    def chunks():
+        for k in range(50):
+            if k == 3:
+                made[0].close()  # the plan is walked on the prefetch thread
+            yield Chunk(np.array([k]), np.array([k]), np.array([0]))
+
+    made.append(Prefetcher(cache, chunks(), predownload=100, threads=2))
+    assert drain(made[0]) <= 4  # no RuntimeError("cannot join current thread") handed to the consumer
+    made[0].close()
+    assert cache.refs == 0  # every pin of a prepared chunk dropped
+
+
+def test_a_prefetcher_closed_from_a_download_thread_stops_without_joining_it():
+    made, errors = [], []
+
+    def close_once():
+        if len(errors) == 0:
+            errors.append(None)
+            made[0].close()
+
+    cache = QuickCache(close_once)
+    made.append(Prefetcher(cache, (Chunk(np.array([k]), np.array([k]), np.array([0])) for k in range(50)),
+                           predownload=100, threads=2))
+    drain(made[0])  # the download thread's pin did not raise: its chunk ends the pass or comes whole
+    made[0].close()
+    time.sleep(0.2)
+    assert cache.refs == 0

@@ -141,7 +141,9 @@ def test_dataloader_workers_resume(jsonl_dir, workers):
     full, _ = run(0)
     head, state = run(w1, 9)
     tail, _ = run(w2, None, state)
-    assert collections.Counter(head + tail) == collections.Counter(full)
+    got, want = collections.Counter(head + tail), collections.Counter(full)
+    # on other workers, what is left is dealt evenly among them: padded with fewer than one row per worker
+    assert not want - got and sum((got - want).values()) < max(w2, 1) and set(got) == set(want)
     if w1 == w2:
         assert head + tail == run(w1)[0]
 

@@ -113,7 +113,23 @@ def test_which_passes_are_balanced(rows_dir):
     loaded, ds = merge_states(states), ss.StreamingDataset(local=rows_dir)
     assert setup(ds, chain.specs, two, 0, loaded).balanced  # the same split continues balanced
     assert not setup(ds, chain.specs, World(num_nodes=1, num_workers=2), 0, loaded).balanced  # 2 readers, 1 rank
-    assert not setup(ds, chain.specs, World(num_nodes=3), 0, loaded).balanced  # redistributed
+    # redistributed evenly: what the buffers held is read again, every new reader owns as many positions
+    three = setup(ds, chain.specs, World(num_nodes=3), 0, loaded)
+    assert three.balanced and three.generation == 1
+    assert {len([p for c in three.grid.chunks(j, three.grid.first(j)) for p in c]) for j in range(3)} == {331}
+    assert setup(ds, chain.specs, World(num_nodes=3), 0, merge_states(three.full_state(
+        three.states, loaded["fingerprint"], loaded["operations"]))).balanced  # and continues balanced there
+    for counted in (lambda c: c.take(400), lambda c: c.filter(lambda r: r["id"] % 3)):  # dealt as before: agreed
+        states = []
+        for rank in range(2):
+            c = counted(ss.StreamingDataset(local=rows_dir, world=World(num_nodes=2, node=rank)).shuffle(
+                seed=0, buffer_size=10))
+            it = iter(c)
+            for _ in range(5):
+                next(it)
+            states.append(c.state_dict())
+            c.close()
+        assert not setup(ds, c.specs, World(num_nodes=3), 0, merge_states(states)).balanced
 
 
 def test_ranks_from_the_environment_without_a_runtime_are_warned(rows_dir, monkeypatch):

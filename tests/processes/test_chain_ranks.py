@@ -70,6 +70,10 @@ def test_ranks_with_workers_resume(tmp_path):
     # ranks stop together at the shortest rank, so compare what was read against one whole pass only
     # when every rank read to its end: here check nothing read twice and nothing lost in what is left
     got = tokens_of(head) + tokens_of(other)
-    assert not (got - whole), "tokens repeated after resuming on another world"
+    # what is left is dealt evenly among the 3 new readers: padded with fewer than 3 rows (row i's tokens are
+    # 100 * i + ...), each read once more
+    extra = got - whole
+    assert len({t // 100 for t in extra}) < 3 and set(extra.values()) <= {1}, \
+        f"tokens of rows {sorted({t // 100 for t in extra})[:5]} repeated after resuming on another world"
     left = whole - got
     assert not left, f"{sum(left.values())} tokens lost"

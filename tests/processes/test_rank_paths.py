@@ -12,9 +12,9 @@ StreamingDataLoader over chains and the Pipeline's AsyncDataLoader):
 - a sharded source with ``filter`` through ``AsyncDataLoader`` and a Pipeline's packed rows through
   ``StreamingDataLoader``: each rank its own share up to the step at which the first rank runs out;
 - a chain (count kept, filter, pack) saved mid-epoch on one world and resumed on another: the rest of the
-  epoch redistributed, each rank its new share up to the first rank's end, the rows read before and after
-  together the epoch's, none twice beyond the padding of the saving world, and what the count-keeping chain
-  leaves out at the end within the documented bound.
+  epoch dealt evenly among the new readers, each rank its new share up to the first rank's end, the rows read
+  before and after together the epoch's, none twice beyond the padding of the saving pass and the resumed one;
+  the count-keeping chain's shares are equal (no rank left anything out) and it lost no row.
 
 What each rank must receive is worked out here, in one process, from the same chains on explicit worlds.
 """
@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import os
 import sys
 
 import pytest
 
 from shardstream import World
-from shardstream.engine.source import DEFAULT_BLOCK
 from shardstream.testing.datasets import write_text_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "paths_rank.py")
 sys.path.insert(0, HERE)
 
+from balance_rank import keep  # noqa: E402
 from jobs import ranks_env, run_job  # noqa: E402
 
 ROWS = 1001  # divided by none of the worlds' readers
@@ -126,11 +125,17 @@ def test_two_jax_processes_get_equal_batches_on_every_path(tmp_path, cfg):
     check_paths(cfg, records, cases, 2)
 
 
-def leave_out_bound(saved_on: int, resumed_on: int) -> int:
-    """The most rows a count-keeping chain leaves out per rank at the end of an epoch resumed from ``saved_on``
-    readers on ``resumed_on`` (docs/processing.md): the positions the old readers had read ahead of the one
-    furthest behind, spread over the new readers' blocks, the last round's split, and a batch."""
-    return (math.ceil((saved_on - 1) / resumed_on) + 1) * DEFAULT_BLOCK + BATCH
+def resumed_padding(cfg: dict, case: str, ranks: int, states) -> int:
+    """The positions the pass that continues ``states`` on ``ranks`` ranks deals past what was left (padding)."""
+    from paths_rank import chain
+
+    from shardstream.dataset.chain import merge_states
+    from shardstream.engine.run import setup
+
+    world = World(num_nodes=ranks)
+    c = chain(cfg, case, world)
+    made = setup(c.root, c.specs, world, 0, merge_states(states))
+    return made.grid.added
 
 
 @pytest.mark.parametrize("saved_on,resumed_on", [(2, 3), (3, 8), (8, 2)])
@@ -150,10 +155,16 @@ def test_a_chain_saved_on_one_world_resumes_on_another_with_equal_batches(tmp_pa
         before = [i for rec in first for i in flat(rec[f"save {case}"])]
         read = collections.Counter(before + [i for g in got for i in flat(g)])
         whole = collections.Counter(before + [i for w in want for i in flat(w)])
-        padding = saved_on * (100 if case == "pack" else 1)  # ids (packed: tokens) of the rows the epoch repeats
+        # ids (packed: tokens) of the rows the epoch repeats: the saving pass's padding, then the resumed pass's
+        padding = (saved_on + resumed_on) * (100 if case == "pack" else 1)
         assert all(n == 1 for i, n in read.items() if i >= padding), f"{what}: a row read twice"
-        if case == "mapbuf":  # nothing is lost but what the agreed end leaves out, within the bound
-            assert set(whole) == set(range(ROWS)), f"{what}: rows lost by the redistribution"
-            steps = len(got[0])
-            left = [len(flat(w[steps:])) for w in want]
-            assert max(left) <= leave_out_bound(saved_on, resumed_on), f"{what}: {left} rows left out per rank"
+        assert all(n <= 2 for n in read.values()), f"{what}: a row read three times"
+        if case == "mapbuf":  # an even redistribution: every rank as many batches, nothing left out
+            assert len({len(w) for w in want}) == 1, f"{what}: shares of {[len(w) for w in want]} batches"
+            assert set(read) == set(range(ROWS)), f"{what}: rows lost by the redistribution"
+            added = resumed_padding(cfg, case, resumed_on, states)
+            assert 0 <= added < resumed_on
+            repeats = sum(read.values()) - ROWS  # the saving pass's padding read before, and the resumed pass's
+            assert added <= repeats <= added + (-ROWS % saved_on), f"{what}: {repeats} rows repeated"
+        if case == "filter":  # the ranks' shares end apart by what the filter keeps of equal shares only
+            assert set(whole) == {i for i in range(ROWS) if keep({"id": i})}, f"{what}: rows lost"

@@ -9,10 +9,11 @@ step:
   ``readers`` repeats), and operations that make one item per item (``map`` row by row,
   ``shuffle``, ``take``/``skip``, ``batch``, column operations: their spec's ``keeps_count``)
   keep the shares equal, so every rank hands on as many batches as every other. A pass continued
-  from a state on the same split into ranks and workers stays balanced (:attr:`.run.PassSetup.balanced`).
+  from a state on the same split into ranks and workers stays balanced (:attr:`.run.PassSetup.balanced`),
+  and so does one resumed on another world, whose readers are dealt equal shares of what is left.
 - **Other passes agree, one small collective per batch.** After ``filter``, ``pack``, a batched
-  ``map`` (which may change the row count) or a resume redistributed on another world, shares
-  hand on different numbers of items. Before it hands on each batch, the loader on each rank
+  ``map`` (which may change the row count), or a resume on another world of a chain with ``take`` /
+  ``skip``, shares hand on different numbers of items. Before it hands on each batch, the loader on each rank
   asks whether every rank has one (the minimum of a 0/1 flag over the ranks, through the job's
   own runtime: :mod:`shardstream.runtime.agreement`), and the pass ends for every rank at
   the first step at which one of them has none. The batches the other ranks had left are not

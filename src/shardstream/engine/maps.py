@@ -277,6 +277,11 @@ class _Applies(Stage):
                 out[i]["groups"] = share
         return out
 
+    @classmethod
+    def held_keys(cls, state: dict) -> list:
+        """The input keys of the rows not handed on (one row per input: a map that keeps the count)."""
+        return [k for keys, cut in state.get("groups", []) for k in decode_all(keys)[int(cut):]]
+
 
 _GROUP = 32  # rows a row-at-a-time function pulls at once
 

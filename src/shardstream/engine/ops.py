@@ -158,6 +158,10 @@ class ShuffleStage(Stage):
         keys = [k for s in states for k in s.get("keys", [])]
         return [{"keys": share, "draws": 0} for share in deal(keys, n)]
 
+    @classmethod
+    def held_keys(cls, state: dict) -> list:
+        return decode_all(state.get("keys", []))
+
 
 class ShuffleSpec:
     keeps_count = True  # every item it takes, it hands on

@@ -8,13 +8,18 @@ unpins. A pin that the cache limit did not allow ahead of time is taken by the
 consumer itself, one shard at a time, when it reaches that shard.
 
 Errors from the threads reach the consumer when it gets to the chunk concerned,
-naming the shard; closing the iterator stops the threads and drops every pin.
+naming the shard; closing the iterator stops the threads and drops every pin. Closing
+never joins the thread it runs on: a consumer's generator left to the garbage collector
+may be finalised on the prefetch thread or a download thread (whichever allocates when
+the collector runs), and then closes the prefetcher from there; the prefetch thread drops
+the pins of what it prepared after that itself.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from functools import partial
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 from typing import Iterator, Optional
@@ -49,6 +54,13 @@ class Chunk:
         return self._order
 
 
+_here = threading.local()  # the prefetcher whose download pool runs this thread (its token)
+
+
+def _mark(token: object) -> None:
+    _here.token = token
+
+
 class Prefetcher:
     """Prepares the chunks of ``chunks`` ahead of the consumer (see the module docstring)."""
 
@@ -56,7 +68,9 @@ class Prefetcher:
         self.cache = cache
         self._chunks = chunks
         self.predownload = max(0, predownload)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="shardstream-download")
+        self._token = object()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="shardstream-download",
+                                        initializer=_mark, initargs=(self._token,))
         self._ready: deque = deque()
         self._ahead = 0  # samples in self._ready
         self._cond = threading.Condition()
@@ -120,6 +134,9 @@ class Prefetcher:
             with self._cond:
                 self._done = True
                 self._cond.notify_all()
+                stopped = self._stop
+            if stopped:  # closed while this thread prepared a chunk (perhaps from this very thread)
+                self._drop_ready()
 
     def __iter__(self) -> Iterator[tuple[Chunk, set]]:
         """Yield ``(chunk, pinned shards)``; the caller must call :meth:`done` after each chunk."""
@@ -159,19 +176,30 @@ class Prefetcher:
         chunk.pins = []
 
     def close(self) -> None:
-        """Stop the threads and drop the pins of every prepared chunk."""
+        """Stop the threads and drop the pins of every prepared chunk; from any thread, its own included."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        while self._ready:
-            item = self._ready.popleft()
+        own = threading.current_thread() is self._thread or getattr(_here, "token", None) is self._token
+        if not own:
+            self._thread.join()
+        self._pool.shutdown(wait=not own, cancel_futures=True)
+        self._drop_ready()
+
+    def _drop_ready(self) -> None:
+        """Drop the pins of the prepared chunks, each once its pin is done (at once after a joined shutdown)."""
+        with self._cond:
+            items, self._ready = list(self._ready), deque()
+        for item in items:
             if isinstance(item, BaseException):
                 continue
             for shard, fut in item.pins:
-                if fut.done() and not fut.cancelled() and fut.exception() is None and fut.result():
-                    self.cache.unpin(shard)
+                fut.add_done_callback(partial(self._release, shard))
+            item.pins = []
+
+    def _release(self, shard: int, fut: Future) -> None:
+        if not fut.cancelled() and fut.exception() is None and fut.result():
+            self.cache.unpin(shard)
 
 
 def _result(fut: Future, shard: int, cache) -> bool:

@@ -6,18 +6,21 @@ continuation of a loaded state. A state saved on the same number of readers cont
 each reader exactly where it was (the same order, to the item). A state saved on another
 number of readers is *redistributed* first (:func:`redistribute`):
 
-- the new grid starts at the lowest frontier of the old readers, and lists as ``skip`` the
-  positions beyond it that some old reader had already read;
-- what the old readers' stages held (shuffle buffers, partial map groups, partial packs,
-  items made but not yet consumed) is pooled stage by stage and dealt among the new
-  readers, and random streams are re-seeded for the new generation.
+- what no old reader has read (beyond the lowest frontier, less what some reader had read ahead of it)
+  is dealt evenly among the new readers (:mod:`shardstream.plan.compact`), padded like a fresh pass;
+- in a chain that keeps the count, whose stages can say what they hold (:meth:`.stage.Stage.held_keys`),
+  the items they held and those made but not consumed go back to the source (their positions are
+  read again) and every stage starts afresh: the new readers begin with equal work, and the pass
+  stays balanced (:attr:`PassSetup.even`);
+- otherwise what the old readers' stages held (shuffle buffers, partial map groups, partial packs,
+  items made but not yet consumed) is pooled stage by stage and dealt among the new readers.
+  Random streams are re-seeded for the new generation.
 
-Every source position is thus read exactly once per epoch (a fresh pass's padding, fewer than
-``readers`` positions that repeat the epoch's first samples, included: see :mod:`.source`), and
-every item made from it is handed to the training loop exactly once, whatever the worlds before
-and after, unless the ranks end the pass early together (:mod:`.agree`). The order
-after such a resume differs from the uninterrupted run's (readers draw from other
-buffers); on the same world it is identical.
+Every source position thus reaches the chain's items once per epoch (beside the padding of each pass, fewer than
+its ``readers`` positions that repeat the epoch's first samples: see :mod:`.source`), and every item made
+from it is handed to the training loop exactly once, whatever the worlds before and after, unless the
+ranks end the pass early together (:mod:`.agree`). The order after such a resume differs from the
+uninterrupted run's (readers draw from other buffers); on the same world it is identical.
 
 :class:`Run` is one reader's chain (source, then the stages) with the items to replay
 first and the state after what it handed on.
@@ -33,7 +36,8 @@ import numpy as np
 
 from ..errors import IncompatibleStateError
 from ..plan import World
-from .keys import decode_all, encode_all
+from ..plan.compact import CompactGrid, deal_unread, grid_of
+from .keys import decode_all, encode_all, positions
 from .source import DEFAULT_BLOCK, Grid, SourceStage
 from .stage import ReaderContext, deal
 from .state import chain_state
@@ -55,6 +59,7 @@ class PassSetup:
     states: dict = field(default_factory=dict)  # reader -> its state to restore (absent: fresh)
     turn: int = 0  # which of a rank's readers hands on the next batch (DataLoader workers take turns)
     balanced: bool = False  # every rank hands on as many items as every other, by construction (see .agree)
+    even: bool = True  # the generation's readers began with equal work (a fresh pass, or an even redistribution)
 
     def reader_for(self, world: World) -> int:
         """The reader ``world``'s process runs: its rank's readers rotated by ``turn``, so that a resumed
@@ -72,7 +77,7 @@ class PassSetup:
     def full_state(self, readers: dict, fingerprint: str, operations: list, turn: int = 0, rank: int = 0) -> dict:
         """The chain's state (see :mod:`.state`) with ``readers``' states."""
         return chain_state(fingerprint=fingerprint, epoch=self.epoch, source=self.source,
-                           grid=self.grid.describe() | {"generation": self.generation},
+                           grid=self.grid.describe() | {"generation": self.generation, "even": self.even},
                            readers={str(j): s for j, s in sorted(readers.items())}, ranks=self.ranks,
                            turns={str(rank): int(turn)}, operations=operations)
 
@@ -106,7 +111,7 @@ def setup(root, specs, world: World, next_epoch: int, loaded: Optional[dict]) ->
         made = plan_pass(root, int(loaded["epoch"]), loaded["source"])
         if made is not None:
             plan, source = made
-            return _continued(loaded, plan, source, specs, readers, ranks, world.reader)
+            return _continued(loaded, plan, source, specs, readers, ranks, world.reader, remainder_of(root))
         next_epoch = int(loaded["epoch"]) + 1
     elif loaded is not None:  # at an epoch's start, or after a complete one
         next_epoch = int(loaded["epoch"]) + int(bool(loaded.get("complete")))
@@ -127,44 +132,63 @@ def keeps_count(specs) -> bool:
     return all(getattr(spec, "keeps_count", False) for spec in specs)
 
 
-def _continued(loaded: dict, plan, source: dict, specs, readers: int, ranks: int, rank: int) -> PassSetup:
+def _continued(loaded: dict, plan, source: dict, specs, readers: int, ranks: int, rank: int,
+               remainder: str = "pad") -> PassSetup:
     g = loaded["grid"]
     old = int(g["readers"])
     states = {int(j): s for j, s in loaded["readers"].items()}
-    grid = Grid(int(g["anchor"]), int(g.get("end", plan.end)), int(g["block"]), old, g.get("skip") or None,
-                g.get("tail"))
+    grid = grid_of(g, plan.end)
+    generation = int(g.get("generation", 0))
     if old == readers:
         turns = loaded.get("turns") or {}
         turn = int(turns.get(str(rank), 0))
-        generation = int(g.get("generation", 0))
-        # the same split into ranks, continued from a balanced pass, stays balanced
-        balanced = (keeps_count(specs) and generation == 0 and grid.balanced
-                    and int(loaded.get("ranks", 0)) == ranks)
+        # the same split into ranks, continued from a pass whose readers began with equal work, stays balanced
+        even = generation == 0 or bool(g.get("even"))
+        balanced = keeps_count(specs) and even and grid.balanced and int(loaded.get("ranks", 0)) == ranks
         return PassSetup(int(loaded["epoch"]), plan, source, grid, generation, readers, ranks, states, turn,
-                         balanced)
-    new_grid, new_states = redistribute(grid, [states[j] for j in range(old)], specs, readers)
-    return PassSetup(int(loaded["epoch"]), plan, source, new_grid, int(g.get("generation", 0)) + 1, readers,
-                     ranks, new_states)
+                         balanced, even)
+    new_grid, new_states, even = redistribute(grid, [states[j] for j in range(old)], specs, readers, plan.end,
+                                              remainder)
+    return PassSetup(int(loaded["epoch"]), plan, source, new_grid, generation + 1, readers, ranks, new_states,
+                     balanced=even, even=even)
 
 
-def redistribute(grid: Grid, states: list[dict], specs, readers: int) -> tuple[Grid, dict]:
-    """The grid and reader states that continue ``states`` (of ``grid``'s readers) on ``readers``."""
+def returned(states: list[dict], specs) -> Optional[np.ndarray]:
+    """The positions of every item ``states`` hold (their stages' and pending) when the chain keeps the count and
+    each stage can say what it holds (:meth:`.stage.Stage.held_keys`): what a resume on another world reads
+    again; None otherwise."""
+    if not keeps_count(specs):
+        return None
+    keys = [k for s in states for k in decode_all(s.get("pending", []))]
+    for i, spec in enumerate(specs):
+        for s in states:
+            held = spec.stage.held_keys(s["stages"][i] or {})
+            if held is None:
+                return None
+            keys += held
+    return np.asarray([p for k in keys for p in positions(k)], np.int64)
+
+
+def redistribute(grid, states: list[dict], specs, readers: int, plan_end: int,
+                 remainder: str = "pad") -> tuple[CompactGrid, dict, bool]:
+    """The grid and reader states that continue ``states`` (of ``grid``'s readers) on ``readers``, and whether
+    the new readers begin with equal work (see the module docstring)."""
     frontiers = [int(s["frontier"]) for s in states]
-    anchor = min(frontiers) if frontiers else grid.end
-    ahead = [grid.skip[grid.skip >= anchor]]
-    for j, f in enumerate(frontiers):
-        ahead.append(grid.owned(j, anchor, f))
-    skip = np.unique(np.concatenate(ahead)) if ahead else None
-    new_grid = Grid.even(anchor, grid.end, grid.block, readers, "keep", skip)
-    out = {j: {"frontier": new_grid.first(j), "stages": [], "pending": []} for j in range(readers)}
+    back = returned(states, specs)
+    unread = grid.unread(frontiers, () if back is None else back)
+    new_grid = deal_unread(unread, min(grid.end, plan_end), grid.pads_from(plan_end), grid.block, readers,
+                           remainder)
+    out = {j: {"frontier": new_grid.first(j), "stages": [{} for _ in specs], "pending": []} for j in range(readers)}
+    if back is not None:  # every stage starts afresh: what they held is read again
+        return new_grid, out, True
     for i, spec in enumerate(specs):
         shares = spec.stage.redistribute([s["stages"][i] for s in states], readers)
         for j in range(readers):
-            out[j]["stages"].append(shares[j])
+            out[j]["stages"][i] = shares[j]
     pending = [k for s in states for k in s.get("pending", [])]
     for j, share in enumerate(deal(pending, readers)):
         out[j]["pending"] = share
-    return new_grid, out
+    return new_grid, out, False
 
 
 class Run:

@@ -55,7 +55,8 @@ class SourceStage(Stage):
     def __init__(self, root, plan, epoch: int, grid: Grid, ctx: ReaderContext) -> None:
         super().__init__(None, ctx)
         self.root, self.epoch, self.grid = root, epoch, grid
-        self.plan = PaddedPlan(plan, grid.end) if grid.end > plan.end else plan
+        extent = grid.pads_from(plan.end)  # past every position this epoch's passes padded with (stages hold some)
+        self.plan = PaddedPlan(plan, extent) if extent > plan.end else plan
         self.frontier = grid.first(ctx.reader)
         self._it: Optional[Iterator[Any]] = None
         self._keys: list = []  # the run being handed on: positions, samples, and how many were handed on

@@ -15,7 +15,9 @@ items from the one before it (``self.source``). Keys say where an item came from
   rebuilds its packs from their pieces).
 - ``redistribute(states, n)`` (a static method) pools the states of the readers of a
   run and deals what they held among ``n`` new readers: how a checkpoint resumes on
-  another world with nothing repeated or lost (see :mod:`.state`).
+  another world with nothing repeated or lost (see :mod:`.state`). In a chain that keeps
+  the count, ``held_keys(state)`` says instead which items a state holds: a resume on
+  another world reads their positions again and starts every stage afresh (see :mod:`.run`).
 - ``describe()`` is what the stage does, as JSON-able data, for the pipeline's
   fingerprint: a state is refused when the chain changed, and processed data cached
   on disk is reused only by the same chain.
@@ -91,6 +93,13 @@ class Stage(Node):
     def redistribute(states: list[dict], n: int) -> list[dict]:
         """The states of ``n`` new readers from those of the old ones (a stage holding nothing: fresh)."""
         return [{} for _ in range(n)]
+
+    @classmethod
+    def held_keys(cls, state: dict) -> Optional[list]:
+        """The keys of the items ``state`` holds, each of which makes one item of one of its positions (asked of
+        the stages of a chain that keeps the count, whose held items a resume on another world reads again
+        from the source); None when the stage cannot say (one that holds more than items)."""
+        return [] if cls.redistribute is Stage.redistribute else None
 
 
 def pull(source: Stage, n: int) -> tuple[list, list]:

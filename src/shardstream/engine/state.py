@@ -7,7 +7,9 @@ A dataset is a chain with no operations, so every checkpoint is one of two views
   with no operations, at a step boundary) saves exactly this; its keys are mosaicml-streaming's.
 - **a chain's state** (:func:`chain_state`, :func:`boundary_state`, :func:`read_chain_state`): kind,
   version, the chain's fingerprint, the epoch, the source's position at the start of the pass's plan
-  segment (the view above), how the segment is dealt among the readers (the grid), each reader's frontier,
+  segment (the view above), how the segment is dealt among the readers (the grid: a fresh pass's
+  :class:`~shardstream.plan.partition.Grid`, or after a resume on another world the
+  :class:`~shardstream.plan.compact.CompactGrid` of the positions left), each reader's frontier,
   what each operation's stage holds (as item keys) and the items made but not consumed, and the name and
   state version of every operation. With several ranks each saves its own readers and the list of them
   loads on any world (:func:`read_chain_state` unites it).
@@ -29,7 +31,10 @@ from ..errors import IncompatibleStateError, InvalidArgumentError
 
 STATE_VERSION = 1
 CHAIN_KIND = "shardstream.pipeline"
-CHAIN_STATE_VERSION = 2  # 2: each operation's name and state version ("operations"); 1 still loads
+# 2: each operation's name and state version ("operations"); 3: the grid of a resume on another world deals
+# the unread positions evenly (plan/compact.py: "deal", "extra", "pads") and says whether its readers began
+# with equal work ("even"); 1 and 2 still load
+CHAIN_STATE_VERSION = 3
 
 # settings that change the order of an epoch: a state is refused if any differs
 ORDER_SETTINGS = ("shuffle", "shuffle_algo", "shuffle_seed", "shuffle_block_size", "num_canonical_nodes",
@@ -179,9 +184,9 @@ def _check_chain_part(p, operations: list) -> None:
         raise IncompatibleStateError(
             "this is not a pipeline state (a chain's, made by IterableDataset.state_dict()); a StreamingDataset's own "
             "state loads with StreamingDataset.load_state_dict")
-    if p.get("version") not in (1, CHAIN_STATE_VERSION):
+    if p.get("version") not in (1, 2, CHAIN_STATE_VERSION):
         raise IncompatibleStateError(f"chain state version {p.get('version')!r} is not supported (this shardstream "
-                                     f"reads versions 1 and {CHAIN_STATE_VERSION}); save it again with this version")
+                                     f"reads versions 1 to {CHAIN_STATE_VERSION}); save it again with this version")
     saved = p.get("operations")
     if saved is None:  # version 1: every stage's state was at version 1
         return

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -330,6 +330,58 @@ class Grid:
     def describe(self) -> dict:
         return {"anchor": self.anchor, "block": self.block, "readers": self.readers,
                 "skip": self.skip.tolist(), "end": self.end, "tail": self.tail}
+
+    def unread(self, frontiers, returned=()) -> "Unread":
+        """The positions no reader has read when reader ``j`` stands at ``frontiers[j]``, with ``returned``
+        (read, but to be read again) among them; unbounded above (see :class:`Unread`)."""
+        anchor = min(int(f) for f in frontiers) if len(frontiers) else self.end
+        ahead = [self.skip[self.skip >= anchor]] + [self.owned(j, anchor, f) for j, f in enumerate(frontiers)]
+        return Unread(anchor).less(np.concatenate(ahead)).plus(returned)
+
+    def pads_from(self, plan_end: int) -> int:
+        """The first position past the plan no pass of this epoch has dealt as padding."""
+        return max(self.end, int(plan_end))
+
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class Unread:
+    """Positions not read yet: ``extra`` (sorted, every one below ``anchor``), then every position from
+    ``anchor`` on that ``skip`` (sorted, each at or above ``anchor``) does not list."""
+
+    anchor: int
+    skip: np.ndarray = field(default_factory=lambda: _EMPTY)
+    extra: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    def less(self, read) -> "Unread":
+        """Without the positions ``read``."""
+        read = np.unique(np.asarray(read, np.int64))
+        if not read.size:
+            return self
+        extra = self.extra[~member(self.extra, read)] if self.extra.size else self.extra
+        return Unread(self.anchor, np.union1d(self.skip, read[read >= self.anchor]), extra)
+
+    def plus(self, returned) -> "Unread":
+        """With the positions ``returned`` (read before, to be read again)."""
+        back = np.unique(np.asarray(returned, np.int64))
+        if not back.size:
+            return self
+        skip = self.skip[~member(self.skip, back)] if self.skip.size else self.skip
+        return Unread(self.anchor, skip, np.union1d(self.extra, back[back < self.anchor]))
+
+    def count(self, limit: int) -> int:
+        """How many lie below ``limit``."""
+        limit = int(limit)
+        extra = int(np.searchsorted(self.extra, limit))
+        return extra + max(limit - self.anchor, 0) - int(np.searchsorted(self.skip, max(limit, self.anchor)))
+
+    def nth(self, k) -> np.ndarray:
+        """The ``k``-th positions from ``anchor`` on (0-based, counted without ``extra``)."""
+        k = np.asarray(k, np.int64)
+        adj = self.skip - self.anchor - np.arange(self.skip.size, dtype=np.int64)
+        return self.anchor + k + np.searchsorted(adj, k, side="right")
 
 
 class PaddedPlan:
