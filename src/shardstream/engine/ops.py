@@ -19,6 +19,7 @@ batch); the other stages here do no work worth a stage of their own.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -117,17 +118,23 @@ class ShuffleStage(Stage):
         return self._swap(new_keys, new_values)
 
     def _swap(self, new_keys: list, new_values: list) -> tuple[list, list]:
-        """Each new item put into the buffer in place of a drawn one, which is handed on."""
+        """Each new item put into the buffer in place of a drawn one, which is handed on (one item after
+        another; a run that is not short is done by :func:`swap_runs` at once, with the same result)."""
         keys, values = self.keys, self.values
+        slots = self._slots(len(new_keys))
+        if len(slots) > 1 and len(slots) * 16 >= len(keys) > 1:
+            self.keys, out_keys = swap_runs(keys, new_keys, slots)
+            self.values, out_values = swap_runs(values, new_values, slots)
+            return out_keys, out_values
         out_keys, out_values = [], []
-        for i, k, v in zip(self._slots(len(new_keys)), new_keys, new_values):
+        for i, k, v in zip(slots.tolist(), new_keys, new_values):
             out_keys.append(keys[i])
             out_values.append(values[i])
             keys[i] = k
             values[i] = v
         return out_keys, out_values
 
-    def _slots(self, n: int) -> list:
+    def _slots(self, n: int) -> np.ndarray:
         """The buffer slots of the next ``n`` draws (``int(draw * size)``, as ``next`` computes each)."""
         parts = []
         while n:
@@ -138,7 +145,7 @@ class ShuffleStage(Stage):
             self.at += k
             n -= k
         u = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return (u * float(self.size)).astype(np.int64).tolist()
+        return (u * float(self.size)).astype(np.int64)
 
     def get_state(self) -> dict:
         return {"keys": encode_all(self.keys), "draws": self.drawn + self.at}
@@ -332,3 +339,21 @@ def select(columns: Sequence[str], keep: bool) -> RowSpec:
             return {c: row[c] for c in cols}
         return {c: v for c, v in row.items() if c not in cols}
     return RowSpec({"op": "select" if keep else "remove", "columns": cols}, fn)
+
+
+def swap_runs(buffer: list, new: list, slots: np.ndarray) -> tuple[list, list]:
+    """``(buffer after, items handed on)`` of putting ``new[j]`` into slot ``slots[j]`` of ``buffer``, one
+    after another, each handing on what the slot held: a slot drawn again in the run hands on the new item an
+    earlier draw put there. Computed at once (``len(slots) >= 2``): the draws sorted by slot (stably) tell
+    each draw's item and each slot's last new item, which are gathered from ``buffer + new``."""
+    size = len(buffer)
+    order = np.argsort(slots, kind="stable")
+    ranked = slots[order]
+    again = ranked[1:] == ranked[:-1]  # the draw order[k + 1] finds what the draw order[k] put there
+    source = slots.copy()
+    source[order[1:][again]] = size + order[:-1][again]
+    last = np.flatnonzero(np.append(~again, True))  # each slot's last draw, in slot order
+    after = np.arange(size)
+    after[ranked[last]] = size + order[last]
+    both = buffer + new
+    return list(itemgetter(*after.tolist())(both)), list(itemgetter(*source.tolist())(both))

@@ -117,3 +117,27 @@ class ColumnRows(ValueRows):
 
     def batch_range(self, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
         return {c.name: c.batch_range(lo, hi) for c in self._selected(columns)}
+
+
+class SampleRows(ColumnRows):
+    """A piece whose parsed rows already are its samples (each a dict with exactly the columns, in order,
+    of the values the columns hold): a sample is a copy of its row (a consumer may change what it is given)
+    instead of a dict built from the columns; column batches come from the columns as in :class:`ColumnRows`."""
+
+    def __init__(self, piece: Piece, columns: list[Column], samples: int, rows: list[dict]) -> None:
+        super().__init__(piece, columns, samples)
+        self.rows = rows
+
+    def get_unchecked(self, i: int) -> dict[str, Any]:
+        return self.rows[i].copy()
+
+    def iter_range(self, start: int = 0, stop: Optional[int] = None,
+                   columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
+        if columns is not None:
+            return super().iter_range(start, stop, columns)
+        return map(dict.copy, self.rows[start:stop])
+
+    def rows_range(self, start: int, stop: int, columns: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
+        if columns is not None:
+            return super().rows_range(start, stop, columns)
+        return list(map(dict.copy, self.rows[start:stop]))

@@ -37,6 +37,7 @@ import gc
 import itertools
 import json
 import sys
+from operator import itemgetter
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -198,14 +199,18 @@ def shown(value: Any) -> str:
 # -- which rows fit, and their columns -----------------------------------------------------------
 
 def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
-                strict: bool) -> tuple[list[Column], dict[int, str]]:
-    """The columns of ``rows`` without those that do not fit them, and ``{index: why}`` of those (see the
-    module docstring). A column is checked by converting it at once; value by value only when that fails."""
+                strict: bool) -> tuple[list[Column], dict[int, str], bool]:
+    """The columns of ``rows`` without those that do not fit them, ``{index: why}`` of those (see the
+    module docstring), and whether ``rows`` already are the samples: every row an object with exactly the
+    columns' keys in their order, whose values the columns keep as they are (no integer read as a float,
+    no list made an array). A column is checked by converting it at once; value by value only when that
+    fails."""
     bad: dict[int, str] = {}
     objects = set(map(type, rows)) <= {dict}
     if not objects:
         bad.update((i, f"it is {type_name(r)}, not a JSON object") for i, r in enumerate(rows) if type(r) is not dict)
-    if strict:
+    exact = objects and _exact_keys(rows, tuple(names))
+    if strict and not exact:
         allowed = frozenset(names)
         for i, r in enumerate(rows):
             if i not in bad and not r.keys() <= allowed:
@@ -214,7 +219,12 @@ def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
                           f"{list(names)}); give columns=[...] to name the columns to read")
     gathered, columns = [], []
     for name, kind in zip(names, kinds):
-        values = [r.get(name) for r in rows] if objects else [r.get(name) if type(r) is dict else None for r in rows]
+        if exact:
+            values = list(map(itemgetter(name), rows))
+        elif objects:
+            values = [r.get(name) for r in rows]
+        else:
+            values = [r.get(name) if type(r) is dict else None for r in rows]
         column = _build(name, kind, values)
         if column is None:
             bad.update((i, misfit(name, kind, v)) for i, v in enumerate(values)
@@ -224,7 +234,16 @@ def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
     if bad:
         columns = [_build(name, kind, [v for i, v in enumerate(values) if i not in bad])
                    for name, kind, values in zip(names, kinds, gathered)]
-    return columns, bad
+        return columns, bad, False
+    return columns, bad, exact and all(c.values is v for c, v in zip(columns, gathered))
+
+
+def _exact_keys(rows: list, names: tuple) -> bool:
+    """Whether every row (a dict) has exactly the keys ``names``, in that order (one C-level pass, tried
+    when the first row has them)."""
+    if not rows or not names or tuple(rows[0]) != names:
+        return False
+    return set(map(tuple, rows)) == {names}
 
 
 def _build(name: str, kind: tuple, values: list) -> Optional[Column]:
@@ -234,7 +253,7 @@ def _build(name: str, kind: tuple, values: list) -> Optional[Column]:
         if not found <= _ALLOWED[kind[1]]:
             return None
         try:
-            return _numbers(name, values, np.dtype(kind[1]))
+            return _numbers(name, values, np.dtype(kind[1]), found)
         except OverflowError:
             return None
     if kind[0] == "ragged":
@@ -257,17 +276,17 @@ def _in_range(dtype: str, values: list, ints: bool) -> bool:
     return low <= min(values) and max(values) <= high
 
 
-def _null_mask(values: list) -> Optional[np.ndarray]:
-    if None not in values:
+def _null_mask(values: list, found: Optional[set] = None) -> Optional[np.ndarray]:
+    if (_NONE not in found) if found is not None else (None not in values):
         return None
     return np.fromiter((v is None for v in values), bool, len(values))
 
 
-def _numbers(name: str, values: list, dtype: np.dtype) -> Column:
-    nulls = _null_mask(values)
+def _numbers(name: str, values: list, dtype: np.dtype, found: set) -> Column:
+    nulls = _null_mask(values, found)
     filler = dtype.type(0)
     array = np.array(values if nulls is None else [filler if v is None else v for v in values], dtype)
-    if dtype.kind == "f":  # integers in a float column are read as floats
+    if dtype.kind == "f" and int in found:  # integers in a float column are read as floats
         values = array.tolist()
         if nulls is not None:
             for i in np.flatnonzero(nulls).tolist():

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import CorruptShardError, InvalidArgumentError
 from . import jsonvalues
-from .columnrows import Column, ColumnRows
+from .columnrows import Column, ColumnRows, SampleRows
 from .csvrows import CSV_FORMAT
 from .files import Piece, RangeSource, codec_of
 from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_many
@@ -86,7 +86,7 @@ class JsonLinesFormat(TextFormat):
         return make_pieces(source, index, names, types, kinds, skip, (strict, "lines"))
 
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]) -> ColumnRows:
-        with no_gc():  # the parsed rows are freed before it resumes: only the decoded columns are left
+        with no_gc():  # the parsed rows are freed before it resumes (kept only where they are the samples)
             values, invalid, lines = _parsed_rows(piece_chunks(path, piece))
             return _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
 
@@ -98,7 +98,7 @@ def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndar
     invalid: dict[int, str] = {}
     lines: list[np.ndarray] = []
     for line, data in line_runs(chunks):
-        if not data.translate(None, _SPACE):  # only blank lines
+        if data.isspace() and not data.translate(None, _SPACE):  # only blank lines (isspace stops at a character)
             continue
         buf = np.frombuffer(data, np.uint8)
         units_ = row_lines(buf, unit_stops(buf, line_ends))[2]
@@ -144,13 +144,15 @@ def _json_counter(names: tuple, kinds: tuple, strict: bool):
 def _json_rows(path: str, piece: Piece, values: list, invalid: dict, line_of: Callable[[int], Optional[int]]):
     """The reader of a piece's parsed rows (``invalid``: those that are not JSON): bad rows are refused
     (``on_bad_rows="raise"``) or left out (``"skip"``)."""
-    columns, bad = decode_rows(values, piece.column_names, piece.kinds, bool(format_extra(piece)[0]))
+    columns, bad, same = decode_rows(values, piece.column_names, piece.kinds, bool(format_extra(piece)[0]))
     bad.update(invalid)
     if bad and not skips(piece):
         first = min(bad)
         raise bad_row(where_of(path, piece), line_of(first), bad[first])
     count = len(values) - len(bad)
     check_count(piece, path, count)
+    if same and not bad:  # the parsed rows are the samples: handed on as copies, not rebuilt from the columns
+        return SampleRows(piece, columns, count, values)
     return ColumnRows(piece, columns, count)
 
 
