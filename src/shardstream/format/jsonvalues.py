@@ -79,22 +79,41 @@ def parse(text: Any) -> tuple[Any, Optional[str]]:
                       f"{sys.getrecursionlimit()} less the calls under way)")
 
 
-def parse_many(data: bytes, units: np.ndarray) -> tuple[list, dict[int, str]]:
-    """The values of lines ``units`` (indices) of ``data`` (whole lines, split at newlines), and ``{k: why}``
-    of those that are not valid JSON (``k`` an index into ``units``)."""
+def _split_lines(data: bytes) -> list[bytes]:
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
-    if len(units) != len(lines):
+    return lines
+
+
+def parse_lines(data: bytes) -> Optional[list]:
+    """The values of every line of ``data`` (whole lines, split at newlines) when orjson parses each (then no
+    line is blank or bad), else None."""
+    if _orjson is None:
+        return None
+    try:
+        return list(map(_orjson.loads, _split_lines(data)))
+    except _orjson.JSONDecodeError:
+        return None
+
+
+def parse_many(data: bytes, units: np.ndarray, tried: bool = False) -> tuple[list, dict[int, str]]:
+    """The values of lines ``units`` (indices) of ``data`` (whole lines, split at newlines), and ``{k: why}``
+    of those that are not valid JSON (``k`` an index into ``units``). ``tried``: :func:`parse_lines` failed
+    on ``data`` already (it is not tried again)."""
+    lines = _split_lines(data)
+    some = len(units) != len(lines)
+    if some:
         lines = [lines[k] for k in units.tolist()]
     out: list = []
     bad: dict[int, str] = {}
     if _orjson is not None:
         fast, error = _orjson.loads, _orjson.JSONDecodeError
-        try:
-            return list(map(fast, lines)), bad
-        except error:
-            pass
+        if some or not tried:
+            try:
+                return list(map(fast, lines)), bad
+            except error:
+                pass
         for k, line in enumerate(lines):
             try:
                 out.append(fast(line))

@@ -38,7 +38,7 @@ from . import jsonvalues
 from .columnrows import Column, ColumnRows, SampleRows
 from .csvrows import CSV_FORMAT
 from .files import Piece, RangeSource, codec_of
-from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_many
+from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_lines, parse_many
 from .lineindex import TextLineEnds, blocks, head_run, line_ends, line_runs, unit_stops, units
 from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
                         piece_chunks, read_piece, skipped_rows, skips, text_extra, where_of)
@@ -98,11 +98,16 @@ def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndar
     invalid: dict[int, str] = {}
     lines: list[np.ndarray] = []
     for line, data in line_runs(chunks):
+        got = parse_lines(data)
+        if got is not None:  # every line is JSON: none is blank, none is bad
+            values += got
+            lines.append(np.arange(line, line + len(got)))
+            continue
         if data.isspace() and not data.translate(None, _SPACE):  # only blank lines (isspace stops at a character)
             continue
         buf = np.frombuffer(data, np.uint8)
         units_ = row_lines(buf, unit_stops(buf, line_ends))[2]
-        got, bad = parse_many(data, units_)
+        got, bad = parse_many(data, units_, tried=True)
         invalid.update((len(values) + k, why) for k, why in bad.items())
         values += got
         lines.append(units_ + line)
