@@ -86,9 +86,11 @@ class JsonLinesFormat(TextFormat):
         return make_pieces(source, index, names, types, kinds, skip, (strict, "lines"))
 
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]) -> ColumnRows:
-        with no_gc():  # the parsed rows are freed before it resumes (kept only where they are the samples)
+        with no_gc():
             values, invalid, lines = _parsed_rows(piece_chunks(path, piece))
-            return _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
+            rows = _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
+            del values  # freed before the collector resumes, whose first pass would walk them all (unless kept)
+        return rows
 
 
 def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndarray]:
@@ -141,8 +143,10 @@ def _json_counter(names: tuple, kinds: tuple, strict: bool):
         with no_gc():
             values, invalid = parse_many(buf.tobytes(), rows)
             bad = {**decode_rows(values, names, kinds, strict)[1], **invalid}
+            n = len(values)
+            del values  # freed before the collector resumes
         first = min(bad) if bad else None
-        return len(values) - len(bad), len(bad), None if first is None else (int(starts[first]), bad[first])
+        return n - len(bad), len(bad), None if first is None else (int(starts[first]), bad[first])
     return count
 
 
@@ -156,7 +160,7 @@ def _json_rows(path: str, piece: Piece, values: list, invalid: dict, line_of: Ca
         raise bad_row(where_of(path, piece), line_of(first), bad[first])
     count = len(values) - len(bad)
     check_count(piece, path, count)
-    if same and not bad:  # the parsed rows are the samples: handed on as copies, not rebuilt from the columns
+    if same and not bad:  # the parsed rows are the samples: handed on themselves, not rebuilt from the columns
         return SampleRows(piece, columns, count, values)
     return ColumnRows(piece, columns, count)
 
@@ -203,7 +207,9 @@ class JsonFormat(JsonLinesFormat):
             return super().open_piece(path, piece, metadata)
         with no_gc():
             rows = _array_of(read_piece(path, piece), where_of(path, piece))
-            return _json_rows(path, piece, rows, {}, lambda k: None)
+            decoded = _json_rows(path, piece, rows, {}, lambda k: None)
+            del rows  # freed before the collector resumes (unless kept)
+        return decoded
 
 
 def _array_of(data: bytes, where: str) -> list:
