@@ -20,7 +20,7 @@ batch); the other stages here do no work worth a stage of their own.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -119,13 +119,14 @@ class ShuffleStage(Stage):
 
     def _swap(self, new_keys: list, new_values: list) -> tuple[list, list]:
         """Each new item put into the buffer in place of a drawn one, which is handed on (one item after
-        another; a run that is not short is done by :func:`swap_runs` at once, with the same result)."""
+        another; a run that is not short is done at once by :func:`swap_plan`, with the same result)."""
         keys, values = self.keys, self.values
         slots = self._slots(len(new_keys))
         if len(slots) > 1 and len(slots) * 16 >= len(keys) > 1:
-            self.keys, out_keys = swap_runs(keys, new_keys, slots)
-            self.values, out_values = swap_runs(values, new_values, slots)
-            return out_keys, out_values
+            after, out = swap_plan(slots, len(keys))
+            all_keys, all_values = keys + new_keys, values + new_values
+            self.keys, self.values = list(after(all_keys)), list(after(all_values))
+            return list(out(all_keys)), list(out(all_values))
         out_keys, out_values = [], []
         for i, k, v in zip(slots.tolist(), new_keys, new_values):
             out_keys.append(keys[i])
@@ -341,12 +342,11 @@ def select(columns: Sequence[str], keep: bool) -> RowSpec:
     return RowSpec({"op": "select" if keep else "remove", "columns": cols}, fn)
 
 
-def swap_runs(buffer: list, new: list, slots: np.ndarray) -> tuple[list, list]:
-    """``(buffer after, items handed on)`` of putting ``new[j]`` into slot ``slots[j]`` of ``buffer``, one
-    after another, each handing on what the slot held: a slot drawn again in the run hands on the new item an
-    earlier draw put there. Computed at once (``len(slots) >= 2``): the draws sorted by slot (stably) tell
-    each draw's item and each slot's last new item, which are gathered from ``buffer + new``."""
-    size = len(buffer)
+def swap_plan(slots: np.ndarray, size: int) -> tuple[Callable, Callable]:
+    """Putting new item ``j`` into slot ``slots[j]`` of a buffer of ``size``, one after another, each handing on
+    what the slot held (a slot drawn again in the run hands on the new item an earlier draw put there), as two
+    getters of ``buffer + new``: the buffer after, and the items handed on (``len(slots) >= 2``). The draws
+    sorted by slot (stably) tell each draw's item and each slot's last new item."""
     order = np.argsort(slots, kind="stable")
     ranked = slots[order]
     again = ranked[1:] == ranked[:-1]  # the draw order[k + 1] finds what the draw order[k] put there
@@ -355,5 +355,11 @@ def swap_runs(buffer: list, new: list, slots: np.ndarray) -> tuple[list, list]:
     last = np.flatnonzero(np.append(~again, True))  # each slot's last draw, in slot order
     after = np.arange(size)
     after[ranked[last]] = size + order[last]
+    return itemgetter(*after.tolist()), itemgetter(*source.tolist())
+
+
+def swap_runs(buffer: list, new: list, slots: np.ndarray) -> tuple[list, list]:
+    """``(buffer after, items handed on)`` of :func:`swap_plan`."""
+    after, out = swap_plan(slots, len(buffer))
     both = buffer + new
-    return list(itemgetter(*after.tolist())(both)), list(itemgetter(*source.tolist())(both))
+    return list(after(both)), list(out(both))

@@ -99,12 +99,15 @@ def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndar
     values: list = []
     invalid: dict[int, str] = {}
     lines: list[np.ndarray] = []
-    for line, data in line_runs(chunks):
+    line = 0  # the run's first line in the piece
+    for data in line_runs(chunks):
         got = parse_lines(data)
-        if got is not None:  # every line is JSON: none is blank, none is bad
+        if got is not None:  # every line is JSON: none is blank, none is bad (and a run after it ends one)
             values += got
             lines.append(np.arange(line, line + len(got)))
+            line += len(got)
             continue
+        first, line = line, line + data.count(b"\n")
         if data.isspace() and not data.translate(None, _SPACE):  # only blank lines (isspace stops at a character)
             continue
         buf = np.frombuffer(data, np.uint8)
@@ -112,7 +115,7 @@ def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndar
         got, bad = parse_many(data, units_, tried=True)
         invalid.update((len(values) + k, why) for k, why in bad.items())
         values += got
-        lines.append(units_ + line)
+        lines.append(units_ + first)
     return values, invalid, np.concatenate(lines) if lines else np.zeros(0, np.int64)
 
 
