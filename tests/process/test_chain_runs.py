@@ -15,7 +15,6 @@ from shardstream.engine.ops import ShuffleStage, swap_runs
 from shardstream.engine.run import Run, setup
 from shardstream.engine.source import SourceStage
 from shardstream.testing.chains import check_chain_resumes
-from shardstream.testing.datasets import write_text_rows
 
 BUFFER = 50
 
@@ -119,22 +118,3 @@ def test_a_run_swapped_into_the_buffer_at_once_equals_one_item_after_another():
             after[s] = item
         assert swap_runs(buffer, new, slots) == (after, out)
 
-
-def test_a_row_function_sees_its_first_group_soon_and_its_groups_grow(tmp_path):
-    calls = []
-
-    def keep(row):
-        calls.append(row["id"])
-        return True
-
-    it = iter(ss.StreamingDataset(local=write_text_rows(tmp_path, files=2, rows=900)).filter(keep))
-    next(it)
-    assert len(calls) == 32  # the first row after one group of 32
-    for _ in range(32 + 64 + 128 - 1):
-        next(it)
-    assert len(calls) == 32 + 64 + 128  # then groups of 64, 128, ...
-    for _ in range(256 * 4):
-        next(it)
-    assert len(calls) == 32 + 64 + 128 + 256 * 4  # ... up to 256
-    next(it)
-    assert len(calls) == 32 + 64 + 128 + 256 * 5

@@ -70,7 +70,7 @@ def _rows_in(batch: Any, where: str) -> int:
 class _Applies(Stage):
     """What map and filter share: calling the function, errors with the sample's place, batches.
 
-    Rows are pulled in groups (``batch_size`` when batched, else :data:`_GROUP` growing to :data:`_GROUP_MAX`); a group's rows
+    Rows are pulled in groups (``batch_size`` when batched, else :data:`_GROUP`); a group's rows
     not yet handed on are the state, as the group's input keys and how many were handed on."""
 
     def __init__(self, source: Stage, ctx: ReaderContext, spec: "MapSpec") -> None:
@@ -150,10 +150,7 @@ class _Applies(Stage):
                               f"on {'a batch' if spec.batched else 'a row'}{span}:\n{what}")
 
     def pull_batch(self) -> tuple[list, list]:
-        n = self.pull
-        if n < _GROUP_MAX and not self.spec.batched:  # a row-at-a-time function's groups grow: 32, 64, ... 256
-            self.pull = n * 2
-        return pull(self.source, n)
+        return pull(self.source, self.pull)
 
     def apply(self, keys: list, rows: list) -> tuple[list, list]:
         """:meth:`process` a group, its seconds counted as ``transform`` when loader stats are on."""
@@ -280,8 +277,7 @@ class _Applies(Stage):
         return out
 
 
-_GROUP = 32  # rows a row-at-a-time function pulls at once, at first (the first rows come soon)
-_GROUP_MAX = 256  # ... and once its groups have grown (fewer, larger groups cost less per row)
+_GROUP = 32  # rows a row-at-a-time function pulls at once
 
 
 def _made(key) -> bool:
