@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 import shardstream as ss
 from shardstream.plan import World
 from shardstream.engine.maps import FilterStage, MapStage
-from shardstream.engine.ops import ShuffleStage
+from shardstream.engine.ops import ShuffleStage, swap_runs
 from shardstream.engine.run import Run, setup
 from shardstream.engine.source import SourceStage
 from shardstream.testing.chains import check_chain_resumes
@@ -103,3 +104,17 @@ def test_runs_give_the_items_and_states_of_single_items(jsonl_dir, sizes, lookah
     rest = _item_by_item(chain, loaded)
     assert [k for k, _, _ in rest] == [k for k, _, _ in single[len(single) // 3 + 1:]]
     assert [k for keys, _, _ in _in_runs(chain, sizes, loaded) for k in keys] == [k for k, _, _ in rest]
+
+
+def test_a_run_swapped_into_the_buffer_at_once_equals_one_item_after_another():
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        size, n = int(rng.integers(2, 80)), int(rng.integers(2, 300))
+        buffer, new = [("old", i) for i in range(size)], [("new", j) for j in range(n)]
+        slots = rng.integers(0, size, n)  # many slots drawn twice or more in one run
+        after, out = list(buffer), []
+        for s, item in zip(slots.tolist(), new):
+            out.append(after[s])
+            after[s] = item
+        assert swap_runs(buffer, new, slots) == (after, out)
+

@@ -29,6 +29,7 @@ import inspect
 import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import compress
 from operator import itemgetter
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
@@ -130,14 +131,12 @@ class _Applies(Stage):
         if self.spec.input_columns is not None:
             return None
         fn, out, i = self.fn, [], 0
-        append = out.append
         while i < len(args):
             try:
-                for a in args[i:] if i else args:
-                    append(fn(a))
+                out.extend(map(fn, args[i:] if i else args))  # keeps the results made before a failure
             except Exception as exc:
                 i = len(out)
-                append(self.failed(exc, args[i], keys_of(i)))
+                out.append(self.failed(exc, args[i], keys_of(i)))
                 i += 1
             else:
                 break
@@ -354,9 +353,7 @@ class FilterStage(_Applies):
                 if skipped:
                     self.errors += skipped
                     verdicts = [False if v is _SKIPPED else v for v in verdicts]
-        out_keys = [k for k, v in zip(keys, verdicts) if v]
-        out_rows = [r for r, v in zip(rows, verdicts) if v]
-        return out_keys, out_rows
+        return list(compress(keys, verdicts)), list(compress(rows, verdicts))
 
     def adopt(self, keys: list, out_keys: list, out_rows: list, cut: int = 0) -> None:
         super().adopt(keys, out_keys, out_rows, cut)
@@ -431,12 +428,18 @@ class MapSpec:
         """:meth:`merge` of each row with its values of the batch ``made`` (column -> one value per row)."""
         if self.remove_columns:
             gone = self.remove_columns
-            rows = [{c: v for c, v in row.items() if c not in gone} for row in rows]
+            out = [{c: v for c, v in row.items() if c not in gone} for row in rows]
+        else:  # a copy with the keys set after is {**row, name: value, ...}, made faster
+            out = list(map(dict, rows))
         if len(made) == 1:
             (name, values), = made.items()
-            return [{**row, name: v} for row, v in zip(rows, values)]
+            for row, v in zip(out, values):
+                row[name] = v
+            return out
         names = list(made)
-        return [{**row, **dict(zip(names, vs))} for row, vs in zip(rows, zip(*made.values()))]
+        for row, vs in zip(out, zip(*made.values())):
+            row.update(zip(names, vs))
+        return out
 
     def build(self, source: Stage, ctx: ReaderContext) -> Stage:
         return self.stage(source, ctx, self)

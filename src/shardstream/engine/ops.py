@@ -19,7 +19,8 @@ batch); the other stages here do no work worth a stage of their own.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from operator import itemgetter
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -117,17 +118,24 @@ class ShuffleStage(Stage):
         return self._swap(new_keys, new_values)
 
     def _swap(self, new_keys: list, new_values: list) -> tuple[list, list]:
-        """Each new item put into the buffer in place of a drawn one, which is handed on."""
+        """Each new item put into the buffer in place of a drawn one, which is handed on (one item after
+        another; a run that is not short is done at once by :func:`swap_plan`, with the same result)."""
         keys, values = self.keys, self.values
+        slots = self._slots(len(new_keys))
+        if len(slots) > 1 and len(slots) * 16 >= len(keys) > 1:
+            after, out = swap_plan(slots, len(keys))
+            all_keys, all_values = keys + new_keys, values + new_values
+            self.keys, self.values = list(after(all_keys)), list(after(all_values))
+            return list(out(all_keys)), list(out(all_values))
         out_keys, out_values = [], []
-        for i, k, v in zip(self._slots(len(new_keys)), new_keys, new_values):
+        for i, k, v in zip(slots.tolist(), new_keys, new_values):
             out_keys.append(keys[i])
             out_values.append(values[i])
             keys[i] = k
             values[i] = v
         return out_keys, out_values
 
-    def _slots(self, n: int) -> list:
+    def _slots(self, n: int) -> np.ndarray:
         """The buffer slots of the next ``n`` draws (``int(draw * size)``, as ``next`` computes each)."""
         parts = []
         while n:
@@ -138,7 +146,7 @@ class ShuffleStage(Stage):
             self.at += k
             n -= k
         u = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return (u * float(self.size)).astype(np.int64).tolist()
+        return (u * float(self.size)).astype(np.int64)
 
     def get_state(self) -> dict:
         return {"keys": encode_all(self.keys), "draws": self.drawn + self.at}
@@ -336,3 +344,26 @@ def select(columns: Sequence[str], keep: bool) -> RowSpec:
             return {c: row[c] for c in cols}
         return {c: v for c, v in row.items() if c not in cols}
     return RowSpec({"op": "select" if keep else "remove", "columns": cols}, fn)
+
+
+def swap_plan(slots: np.ndarray, size: int) -> tuple[Callable, Callable]:
+    """Putting new item ``j`` into slot ``slots[j]`` of a buffer of ``size``, one after another, each handing on
+    what the slot held (a slot drawn again in the run hands on the new item an earlier draw put there), as two
+    getters of ``buffer + new``: the buffer after, and the items handed on (``len(slots) >= 2``). The draws
+    sorted by slot (stably) tell each draw's item and each slot's last new item."""
+    order = np.argsort(slots, kind="stable")
+    ranked = slots[order]
+    again = ranked[1:] == ranked[:-1]  # the draw order[k + 1] finds what the draw order[k] put there
+    source = slots.copy()
+    source[order[1:][again]] = size + order[:-1][again]
+    last = np.flatnonzero(np.append(~again, True))  # each slot's last draw, in slot order
+    after = np.arange(size)
+    after[ranked[last]] = size + order[last]
+    return itemgetter(*after.tolist()), itemgetter(*source.tolist())
+
+
+def swap_runs(buffer: list, new: list, slots: np.ndarray) -> tuple[list, list]:
+    """``(buffer after, items handed on)`` of :func:`swap_plan`."""
+    after, out = swap_plan(slots, len(buffer))
+    both = buffer + new
+    return list(after(both)), list(out(both))

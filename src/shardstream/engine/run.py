@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from operator import length_hint
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -215,9 +216,9 @@ class Run:
         self.replay = deque(decode_all(state.get("pending", [])) if state else [])
         self.replay_values: deque = deque()
         self.done = False
-        self.held_keys: list = []  # a run taken from the last stage by values(), and how much of it went on
+        self.held_keys: list = []  # a run taken from the last stage by values(), and the iterator handing it on
         self.held_values: list = []
-        self.held_at = 0
+        self.held: Iterator[Any] = iter(())
         self.run_size = 1
 
     def next(self) -> tuple[Any, Any]:
@@ -250,18 +251,18 @@ class Run:
                 self.done = True
                 return
             self.run_size = min(self.run_size * 2, _RUN)
-            self.held_keys, self.held_values, self.held_at = keys, values, 0
-            while self.held_at < len(self.held_keys):  # state() empties it
-                at = self.held_at
-                self.held_at = at + 1
-                yield self.held_values[at]
+            self.held_keys, self.held_values = keys, values
+            self.held = iter(values)
+            yield from self.held  # state() counts what is left of it (length_hint) and ends it
 
     def _give_back(self) -> None:
-        at = self.held_at
-        if at < len(self.held_keys):
+        left = length_hint(self.held)
+        if left:
+            at = len(self.held_keys) - left
             self.last.give_back(self.held_keys[at:], self.held_values[at:])
             self.run_size = 1
-        self.held_keys, self.held_values, self.held_at = [], [], 0
+            self.held.__setstate__(len(self.held_values))  # a list iterator moved to its end
+        self.held_keys, self.held_values = [], []
 
     def state(self, pending=()) -> dict:
         """This reader's state after what it handed on; ``pending``: keys it made that were not consumed."""

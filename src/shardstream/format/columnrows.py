@@ -9,6 +9,7 @@ those arrays, so batches and stacked samples agree by construction.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -117,3 +118,36 @@ class ColumnRows(ValueRows):
 
     def batch_range(self, lo: int, hi: int, columns: Optional[Sequence[str]] = None) -> dict[str, Any]:
         return {c.name: c.batch_range(lo, hi) for c in self._selected(columns)}
+
+
+class SampleRows(ColumnRows):
+    """A piece whose parsed rows already are its samples (each a dict with exactly the columns, in order,
+    of the values the columns hold). A run of rows read for the first time is handed on as those dicts
+    themselves, which the piece then forgets (a consumer may change what it is given): no dict is built
+    per row. A row read again, or read alone (``get``), is built from the columns as in
+    :class:`ColumnRows`, as are column batches."""
+
+    def __init__(self, piece: Piece, columns: list[Column], samples: int, rows: list[dict]) -> None:
+        super().__init__(piece, columns, samples)
+        self.rows = rows  # None where the row was handed on
+        self.given = bytearray(samples)  # 1 where the row was handed on
+        self.lock = threading.Lock()
+
+    def _take(self, start: int, stop: int) -> Optional[list[dict]]:
+        """Rows ``start..stop`` themselves if none of them was handed on before (they are now), else None."""
+        with self.lock:
+            if self.given.find(1, start, stop) != -1:
+                return None
+            rows = self.rows[start:stop]
+            self.rows[start:stop] = [None] * len(rows)
+            self.given[start:stop] = b"\x01" * len(rows)
+        return rows
+
+    def iter_range(self, start: int = 0, stop: Optional[int] = None,
+                   columns: Optional[Sequence[str]] = None) -> Iterator[dict[str, Any]]:
+        rows = self._take(start, self.samples if stop is None else stop) if columns is None else None
+        return iter(rows) if rows is not None else super().iter_range(start, stop, columns)
+
+    def rows_range(self, start: int, stop: int, columns: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
+        rows = self._take(start, stop) if columns is None else None
+        return rows if rows is not None else super().rows_range(start, stop, columns)

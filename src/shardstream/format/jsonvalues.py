@@ -37,6 +37,7 @@ import gc
 import itertools
 import json
 import sys
+from operator import itemgetter
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -78,22 +79,41 @@ def parse(text: Any) -> tuple[Any, Optional[str]]:
                       f"{sys.getrecursionlimit()} less the calls under way)")
 
 
-def parse_many(data: bytes, units: np.ndarray) -> tuple[list, dict[int, str]]:
-    """The values of lines ``units`` (indices) of ``data`` (whole lines, split at newlines), and ``{k: why}``
-    of those that are not valid JSON (``k`` an index into ``units``)."""
+def _split_lines(data: bytes) -> list[bytes]:
     lines = data.split(b"\n")
     if data.endswith(b"\n"):
         lines.pop()
-    if len(units) != len(lines):
+    return lines
+
+
+def parse_lines(data: bytes) -> Optional[list]:
+    """The values of every line of ``data`` (whole lines, split at newlines) when orjson parses each (then no
+    line is blank or bad), else None."""
+    if _orjson is None:
+        return None
+    try:
+        return list(map(_orjson.loads, _split_lines(data)))
+    except _orjson.JSONDecodeError:
+        return None
+
+
+def parse_many(data: bytes, units: np.ndarray, tried: bool = False) -> tuple[list, dict[int, str]]:
+    """The values of lines ``units`` (indices) of ``data`` (whole lines, split at newlines), and ``{k: why}``
+    of those that are not valid JSON (``k`` an index into ``units``). ``tried``: :func:`parse_lines` failed
+    on ``data`` already (it is not tried again)."""
+    lines = _split_lines(data)
+    some = len(units) != len(lines)
+    if some:
         lines = [lines[k] for k in units.tolist()]
     out: list = []
     bad: dict[int, str] = {}
     if _orjson is not None:
         fast, error = _orjson.loads, _orjson.JSONDecodeError
-        try:
-            return list(map(fast, lines)), bad
-        except error:
-            pass
+        if some or not tried:
+            try:
+                return list(map(fast, lines)), bad
+            except error:
+                pass
         for k, line in enumerate(lines):
             try:
                 out.append(fast(line))
@@ -198,14 +218,18 @@ def shown(value: Any) -> str:
 # -- which rows fit, and their columns -----------------------------------------------------------
 
 def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
-                strict: bool) -> tuple[list[Column], dict[int, str]]:
-    """The columns of ``rows`` without those that do not fit them, and ``{index: why}`` of those (see the
-    module docstring). A column is checked by converting it at once; value by value only when that fails."""
+                strict: bool) -> tuple[list[Column], dict[int, str], bool]:
+    """The columns of ``rows`` without those that do not fit them, ``{index: why}`` of those (see the
+    module docstring), and whether ``rows`` already are the samples: every row an object with exactly the
+    columns' keys in their order, whose values the columns keep as they are (no integer read as a float,
+    no list made an array). A column is checked by converting it at once; value by value only when that
+    fails."""
     bad: dict[int, str] = {}
     objects = set(map(type, rows)) <= {dict}
     if not objects:
         bad.update((i, f"it is {type_name(r)}, not a JSON object") for i, r in enumerate(rows) if type(r) is not dict)
-    if strict:
+    exact = objects and _exact_keys(rows, tuple(names))
+    if strict and not exact:
         allowed = frozenset(names)
         for i, r in enumerate(rows):
             if i not in bad and not r.keys() <= allowed:
@@ -214,7 +238,12 @@ def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
                           f"{list(names)}); give columns=[...] to name the columns to read")
     gathered, columns = [], []
     for name, kind in zip(names, kinds):
-        values = [r.get(name) for r in rows] if objects else [r.get(name) if type(r) is dict else None for r in rows]
+        if exact:
+            values = list(map(itemgetter(name), rows))
+        elif objects:
+            values = [r.get(name) for r in rows]
+        else:
+            values = [r.get(name) if type(r) is dict else None for r in rows]
         column = _build(name, kind, values)
         if column is None:
             bad.update((i, misfit(name, kind, v)) for i, v in enumerate(values)
@@ -224,7 +253,16 @@ def decode_rows(rows: list, names: Sequence[str], kinds: Sequence[tuple],
     if bad:
         columns = [_build(name, kind, [v for i, v in enumerate(values) if i not in bad])
                    for name, kind, values in zip(names, kinds, gathered)]
-    return columns, bad
+        return columns, bad, False
+    return columns, bad, exact and all(c.values is v for c, v in zip(columns, gathered))
+
+
+def _exact_keys(rows: list, names: tuple) -> bool:
+    """Whether every row (a dict) has exactly the keys ``names``, in that order (one C-level pass, tried
+    when the first row has them)."""
+    if not rows or not names or tuple(rows[0]) != names:
+        return False
+    return set(map(tuple, rows)) == {names}
 
 
 def _build(name: str, kind: tuple, values: list) -> Optional[Column]:
@@ -234,7 +272,7 @@ def _build(name: str, kind: tuple, values: list) -> Optional[Column]:
         if not found <= _ALLOWED[kind[1]]:
             return None
         try:
-            return _numbers(name, values, np.dtype(kind[1]))
+            return _numbers(name, values, np.dtype(kind[1]), found)
         except OverflowError:
             return None
     if kind[0] == "ragged":
@@ -257,17 +295,17 @@ def _in_range(dtype: str, values: list, ints: bool) -> bool:
     return low <= min(values) and max(values) <= high
 
 
-def _null_mask(values: list) -> Optional[np.ndarray]:
-    if None not in values:
+def _null_mask(values: list, found: Optional[set] = None) -> Optional[np.ndarray]:
+    if (_NONE not in found) if found is not None else (None not in values):
         return None
     return np.fromiter((v is None for v in values), bool, len(values))
 
 
-def _numbers(name: str, values: list, dtype: np.dtype) -> Column:
-    nulls = _null_mask(values)
+def _numbers(name: str, values: list, dtype: np.dtype, found: set) -> Column:
+    nulls = _null_mask(values, found)
     filler = dtype.type(0)
     array = np.array(values if nulls is None else [filler if v is None else v for v in values], dtype)
-    if dtype.kind == "f":  # integers in a float column are read as floats
+    if dtype.kind == "f" and int in found:  # integers in a float column are read as floats
         values = array.tolist()
         if nulls is not None:
             for i in np.flatnonzero(nulls).tolist():

@@ -215,11 +215,10 @@ def units(chunks: Iterator[bytes], ends: Callable[[np.ndarray], np.ndarray]) -> 
             yield offset, buf, np.array([len(buf)], np.int64)
 
 
-def line_runs(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    """The bytes of ``chunks`` regrouped into runs of whole lines (the last may lack its newline), each with
-    the 0-based number of its first line; a line longer than a chunk is joined from its parts."""
+def line_runs(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The bytes of ``chunks`` regrouped into runs of whole lines (the last may lack its newline); a line longer
+    than a chunk is joined from its parts. The consumer counts the lines (often it knows them already)."""
     pending: list[bytes] = []
-    line = 0
     for chunk in chunks:
         cut = chunk.rfind(b"\n") + 1
         if not cut:
@@ -227,11 +226,10 @@ def line_runs(chunks: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
             continue
         run = b"".join(pending + [chunk[:cut]]) if pending else chunk[:cut]
         pending = [chunk[cut:]] if cut < len(chunk) else []
-        yield line, run
-        line += run.count(b"\n")
+        yield run
     run = b"".join(pending)
     if run:
-        yield line, run
+        yield run
 
 
 class BadUnit(Exception):

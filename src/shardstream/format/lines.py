@@ -35,10 +35,10 @@ import numpy as np
 
 from ..errors import CorruptShardError, InvalidArgumentError
 from . import jsonvalues
-from .columnrows import Column, ColumnRows
+from .columnrows import Column, ColumnRows, SampleRows
 from .csvrows import CSV_FORMAT
 from .files import Piece, RangeSource, codec_of
-from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_many
+from .jsonvalues import decode_rows, infer_columns, no_gc, parse, parse_lines, parse_many
 from .lineindex import TextLineEnds, blocks, head_run, line_ends, line_runs, unit_stops, units
 from .textfiles import (TextFormat, bad_row, check_count, first_line, format_extra, index_file, make_pieces,
                         piece_chunks, read_piece, skipped_rows, skips, text_extra, where_of)
@@ -86,9 +86,11 @@ class JsonLinesFormat(TextFormat):
         return make_pieces(source, index, names, types, kinds, skip, (strict, "lines"))
 
     def open_piece(self, path: str, piece: Piece, metadata: Callable[[], bytes]) -> ColumnRows:
-        with no_gc():  # the parsed rows are freed before it resumes: only the decoded columns are left
+        with no_gc():
             values, invalid, lines = _parsed_rows(piece_chunks(path, piece))
-            return _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
+            rows = _json_rows(path, piece, values, invalid, lambda k: first_line(piece) + int(lines[k]) + 1)
+            del values  # freed before the collector resumes, whose first pass would walk them all (unless kept)
+        return rows
 
 
 def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndarray]:
@@ -97,15 +99,23 @@ def _parsed_rows(chunks: Iterable[bytes]) -> tuple[list, dict[int, str], np.ndar
     values: list = []
     invalid: dict[int, str] = {}
     lines: list[np.ndarray] = []
-    for line, data in line_runs(chunks):
-        if not data.translate(None, _SPACE):  # only blank lines
+    line = 0  # the run's first line in the piece
+    for data in line_runs(chunks):
+        got = parse_lines(data)
+        if got is not None:  # every line is JSON: none is blank, none is bad (and a run after it ends one)
+            values += got
+            lines.append(np.arange(line, line + len(got)))
+            line += len(got)
+            continue
+        first, line = line, line + data.count(b"\n")
+        if data.isspace() and not data.translate(None, _SPACE):  # only blank lines (isspace stops at a character)
             continue
         buf = np.frombuffer(data, np.uint8)
         units_ = row_lines(buf, unit_stops(buf, line_ends))[2]
-        got, bad = parse_many(data, units_)
+        got, bad = parse_many(data, units_, tried=True)
         invalid.update((len(values) + k, why) for k, why in bad.items())
         values += got
-        lines.append(units_ + line)
+        lines.append(units_ + first)
     return values, invalid, np.concatenate(lines) if lines else np.zeros(0, np.int64)
 
 
@@ -136,21 +146,25 @@ def _json_counter(names: tuple, kinds: tuple, strict: bool):
         with no_gc():
             values, invalid = parse_many(buf.tobytes(), rows)
             bad = {**decode_rows(values, names, kinds, strict)[1], **invalid}
+            n = len(values)
+            del values  # freed before the collector resumes
         first = min(bad) if bad else None
-        return len(values) - len(bad), len(bad), None if first is None else (int(starts[first]), bad[first])
+        return n - len(bad), len(bad), None if first is None else (int(starts[first]), bad[first])
     return count
 
 
 def _json_rows(path: str, piece: Piece, values: list, invalid: dict, line_of: Callable[[int], Optional[int]]):
     """The reader of a piece's parsed rows (``invalid``: those that are not JSON): bad rows are refused
     (``on_bad_rows="raise"``) or left out (``"skip"``)."""
-    columns, bad = decode_rows(values, piece.column_names, piece.kinds, bool(format_extra(piece)[0]))
+    columns, bad, same = decode_rows(values, piece.column_names, piece.kinds, bool(format_extra(piece)[0]))
     bad.update(invalid)
     if bad and not skips(piece):
         first = min(bad)
         raise bad_row(where_of(path, piece), line_of(first), bad[first])
     count = len(values) - len(bad)
     check_count(piece, path, count)
+    if same and not bad:  # the parsed rows are the samples: handed on themselves, not rebuilt from the columns
+        return SampleRows(piece, columns, count, values)
     return ColumnRows(piece, columns, count)
 
 
@@ -196,7 +210,9 @@ class JsonFormat(JsonLinesFormat):
             return super().open_piece(path, piece, metadata)
         with no_gc():
             rows = _array_of(read_piece(path, piece), where_of(path, piece))
-            return _json_rows(path, piece, rows, {}, lambda k: None)
+            decoded = _json_rows(path, piece, rows, {}, lambda k: None)
+            del rows  # freed before the collector resumes (unless kept)
+        return decoded
 
 
 def _array_of(data: bytes, where: str) -> list:
