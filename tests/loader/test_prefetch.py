@@ -104,31 +104,35 @@ def drain(prefetcher: Prefetcher) -> int:
 
 def test_a_prefetcher_closed_from_its_own_prefetch_thread_stops_without_joining_itself():
     """What a consumer's generator finalised by the garbage collector on the prefetch thread does."""
-    cache, made = QuickCache(), []
+    cache, made, ready = QuickCache(), [], threading.Event()
 
     def chunks():
         for k in range(50):
             if k == 3:
+                assert ready.wait(10)  # the prefetcher exists (its thread starts walking in its constructor)
                 made[0].close()  # the plan is walked on the prefetch thread
             yield Chunk(np.array([k]), np.array([k]), np.array([0]))
 
     made.append(Prefetcher(cache, chunks(), predownload=100, threads=2))
+    ready.set()
     assert drain(made[0]) <= 4  # no RuntimeError("cannot join current thread") handed to the consumer
     made[0].close()
     assert cache.refs == 0  # every pin of a prepared chunk dropped
 
 
 def test_a_prefetcher_closed_from_a_download_thread_stops_without_joining_it():
-    made, errors = [], []
+    made, errors, ready = [], [], threading.Event()
 
     def close_once():
         if len(errors) == 0:
             errors.append(None)
+            assert ready.wait(10)  # the prefetcher exists (its downloads start in its constructor)
             made[0].close()
 
     cache = QuickCache(close_once)
     made.append(Prefetcher(cache, (Chunk(np.array([k]), np.array([k]), np.array([0])) for k in range(50)),
                            predownload=100, threads=2))
+    ready.set()
     drain(made[0])  # the download thread's pin did not raise: its chunk ends the pass or comes whole
     made[0].close()
     time.sleep(0.2)

@@ -19,6 +19,7 @@ consumed plan position.
 from __future__ import annotations
 
 from bisect import bisect_right
+from contextlib import closing
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -99,68 +100,64 @@ class PassReader:
                           self.table.fixed_bytes(), self.shuffle)
 
     # -- samples ---------------------------------------------------------------------------------
-    def samples(self) -> Iterator[dict[str, Any]]:
-        """This worker's samples of the pass, in plan order (one generator: no per-sample layers)."""
-        current, columns = self.current, self.columns
-        held = _Held(self.table, columns)
+    def _entered(self) -> Iterator[tuple]:
+        """``(chunk, its row getters, long runs' bounds or None)`` for each chunk; the getters are done with
+        when the consumer asks for the next chunk (or closes this generator)."""
+        held = _Held(self.table, self.columns)
         try:
             for chunk, pinned in self.chunks():
                 getters = held.enter(pinned)
                 if record.ON:
                     self._count_streams(chunk.shards)
                 try:
-                    bounds = long_runs(chunk.flat, chunk.shards)
-                    if bounds is not None:  # long runs of consecutive samples: decode them in order
-                        for lo, hi in zip(bounds[:-1], bounds[1:]):
-                            first = int(chunk.local[lo])
-                            reader = getters.run(int(chunk.shards[lo]))
-                            for sample in reader.iter_range(first, first + hi - lo, columns):
-                                current.yielded += 1
-                                yield sample
-                        continue
-                    found, miss, own = getters.found, getters.miss, getters.own
-                    for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
-                        if own is not None and shard != own:
-                            getters.leave()
-                            own = None
-                        get = found.get(shard)
-                        if get is None:
-                            get = miss(shard)
-                            own = getters.own
-                        sample = get(off)
-                        current.yielded += 1
-                        yield sample
+                    yield chunk, getters, long_runs(chunk.flat, chunk.shards)
                 finally:
                     getters.done()
         finally:
             held.close()
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """This worker's samples of the pass, in plan order (one generator: no per-sample layers)."""
+        current, columns = self.current, self.columns
+        with closing(self._entered()) as entered:
+            for chunk, getters, bounds in entered:
+                if bounds is not None:  # long runs of consecutive samples: decode them in order
+                    for lo, hi in zip(bounds[:-1], bounds[1:]):
+                        first = int(chunk.local[lo])
+                        reader = getters.run(int(chunk.shards[lo]))
+                        for sample in reader.iter_range(first, first + hi - lo, columns):
+                            current.yielded += 1
+                            yield sample
+                    continue
+                found, miss, own = getters.found, getters.miss, getters.own
+                for shard, off in zip(chunk.shards.tolist(), chunk.local.tolist()):
+                    if own is not None and shard != own:
+                        getters.leave()
+                        own = None
+                    get = found.get(shard)
+                    if get is None:
+                        get = miss(shard)
+                        own = getters.own
+                    sample = get(off)
+                    current.yielded += 1
+                    yield sample
 
     def sample_runs(self) -> Iterator[list]:
         """The samples of :meth:`samples`, in the same order, as lists (a run of one shard, or a chunk's
         lookups), for a consumer that takes many at a time (a processing chain's source). Does not count
         ``yielded``: such a consumer keeps its own position."""
         columns = self.columns
-        held = _Held(self.table, columns)
-        try:
-            for chunk, pinned in self.chunks():
-                getters = held.enter(pinned)
-                if record.ON:
-                    self._count_streams(chunk.shards)
-                try:
-                    bounds = long_runs(chunk.flat, chunk.shards)
-                    if bounds is not None:  # long runs of consecutive samples: decode them in order
-                        for lo, hi in zip(bounds[:-1], bounds[1:]):
-                            first = int(chunk.local[lo])
-                            reader = getters.run(int(chunk.shards[lo]))
-                            as_list = getattr(reader, "rows_range", None)
-                            yield (as_list(first, first + hi - lo, columns) if as_list is not None
-                                   else list(reader.iter_range(first, first + hi - lo, columns)))
-                        continue
+        with closing(self._entered()) as entered:
+            for chunk, getters, bounds in entered:
+                if bounds is None:
                     yield _looked_up(getters, chunk)
-                finally:
-                    getters.done()
-        finally:
-            held.close()
+                    continue
+                for lo, hi in zip(bounds[:-1], bounds[1:]):  # long runs of consecutive samples: in order
+                    first = int(chunk.local[lo])
+                    reader = getters.run(int(chunk.shards[lo]))
+                    as_list = getattr(reader, "rows_range", None)
+                    yield (as_list(first, first + hi - lo, columns) if as_list is not None
+                           else list(reader.iter_range(first, first + hi - lo, columns)))
 
     def made(self, fetch: Callable[[int], Any]) -> Iterator[Any]:
         """``fetch(sample id)`` for each of this worker's samples (shards still prepared ahead)."""

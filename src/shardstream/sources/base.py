@@ -11,7 +11,7 @@ counted in the underlying source). The file sources (:mod:`.files`) implement it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..errors import InvalidArgumentError, NotYetSupportedError
 
@@ -86,6 +86,19 @@ class ShardedSource:
 ShardedDataSource = ShardedSource
 
 
+def applied(transform: Callable[[dict], Any], rows: Iterable[dict]) -> Iterator[dict]:
+    """The rows ``transform`` makes of ``rows``: one per row (None drops it), or, for an expanding transform
+    (``is_expand``), every row it yields."""
+    if getattr(transform, "is_expand", False):
+        for row in rows:
+            yield from transform(row)
+        return
+    for row in rows:
+        out = transform(row)
+        if out is not None:
+            yield out
+
+
 class TransformedShardedSource(ShardedSource):
     """``source`` with ``transform`` applied to each row as it is read: a function returning the new row,
     or None to drop it; a transform with ``is_expand = True`` returns an iterable of rows instead.
@@ -104,15 +117,7 @@ class TransformedShardedSource(ShardedSource):
         return self._apply(self.source.open_shard_at_row(shard_name, row))
 
     def _apply(self, rows: Iterator[dict]) -> Iterator[dict]:
-        transform = self.transform
-        if getattr(transform, "is_expand", False):
-            for row in rows:
-                yield from transform(row)
-            return
-        for row in rows:
-            out = transform(row)
-            if out is not None:
-                yield out
+        return applied(self.transform, rows)
 
     def get_shard_info(self, shard_name: str) -> Optional[ShardInfo]:
         return self.source.get_shard_info(shard_name)

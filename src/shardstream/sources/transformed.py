@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..errors import InvalidArgumentError, NotYetSupportedError
 from ..engine.maps import to_batch, to_rows
+from .base import applied
 
 GROUP = 32  # rows handed to the transforms at once
 
@@ -28,7 +29,7 @@ class RowTransforms:
     def __call__(self, batch: dict) -> dict:
         rows = to_rows(batch)
         for transform in self.transforms:
-            rows = list(_applied(transform, rows))
+            rows = list(applied(transform, rows))
         if not rows:
             return {column: [] for column in batch}
         if not isinstance(rows[0], dict):
@@ -36,17 +37,6 @@ class RowTransforms:
                 f"a transform of a sharded source read through a loader must return rows (dicts of column -> "
                 f"value), got {type(rows[0]).__name__} {rows[0]!r:.60}; return a dict, e.g. {{'value': ...}}")
         return to_batch(rows)
-
-
-def _applied(transform: Callable[[dict], Any], rows: list[dict]):
-    if getattr(transform, "is_expand", False):
-        for row in rows:
-            yield from transform(row)
-        return
-    for row in rows:
-        out = transform(row)
-        if out is not None:
-            yield out
 
 
 def transformed_chain(source, **dataset_kwargs: Any):
