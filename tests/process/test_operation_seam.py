@@ -17,6 +17,7 @@ import pytest
 
 import shardstream as ss
 from shardstream.dataset.chain import IterableDataset, register_operation
+from shardstream.dataset.operations import Operations
 from shardstream.engine.keys import decode_all, encode_all, made_from
 from shardstream.engine.stage import ReaderContext, Stage, deal
 from shardstream.errors import InvalidArgumentError
@@ -84,7 +85,7 @@ def pairs_method():
     register_operation("pairs", PairsSpec)
     yield
     delattr(IterableDataset, "pairs")
-    delattr(ss.StreamingDataset.__mro__[1], "pairs") if "pairs" in vars(ss.StreamingDataset.__mro__[1]) else None
+    delattr(Operations, "pairs")
 
 
 @pytest.fixture(scope="module")

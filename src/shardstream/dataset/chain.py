@@ -19,7 +19,7 @@ from ..engine.cursor import ChainCursor
 from ..engine.maps import MapSpec
 from ..engine.ops import BatchSpec, CountSpec, ShuffleSpec, rename, select
 from ..engine.run import plan_pass
-from ..engine.state import operations_of, read_chain_state
+from ..engine.state import read_chain_state
 from ..errors import InvalidArgumentError
 from ..format.files import Piece
 from ..runtime.torchenv import register_iterable
@@ -219,7 +219,7 @@ class IterableDataset:
 
     def operations(self) -> list[dict]:
         """Each operation's name and state version, as the chain's state records them."""
-        return operations_of(self.specs)
+        return self.cursor.operations
 
     def state_dict(self) -> dict:
         """A plain-JSON state that resumes right after the items this process handed out.
